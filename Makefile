@@ -1,0 +1,53 @@
+# AIInference operator. `make help` lists the targets.
+SHELL := /usr/bin/env bash -o pipefail
+.SHELLFLAGS := -ec
+
+CONTROLLER_GEN ?= go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
+# Real kube-apiserver, etcd and kubectl for envtest, built from the Go module proxy
+# into a cache outside the repository (hack/tools/build.sh).
+ENVTEST_ASSETS = $(shell hack/tools/build.sh envtest)
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: manifests
+manifests: ## Generate the CRD, RBAC and webhook manifests under config/
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./..." output:crd:artifacts:config=config/crd/bases
+
+.PHONY: generate
+generate: ## Generate DeepCopy methods
+	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./..."
+
+.PHONY: fmt
+fmt: ## go fmt
+	go fmt ./...
+
+.PHONY: vet
+vet: ## go vet
+	go vet ./...
+
+.PHONY: build
+build: ## Build the operator and the model loader into bin/
+	go build -o bin/manager ./cmd/manager
+	go build -o bin/model-loader ./cmd/model-loader
+
+.PHONY: run
+run: ## Run the operator against the cluster of the current KUBECONFIG
+	go run ./cmd/manager
+
+.PHONY: install
+install: ## Install the CRD into the cluster of the current KUBECONFIG
+	kubectl apply --server-side -f config/crd/bases
+
+##@ Test
+
+.PHONY: tools
+tools: ## Build (or reuse) every real binary the tests need
+	hack/tools/build.sh all
+
+.PHONY: test
+test: tools vet ## Everything CI runs: unit, envtest integration, loader and end-to-end tests
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./... -count=1 -timeout 40m

@@ -1,0 +1,143 @@
+// Package loadspec is the contract between the operator and the model loader:
+// the configuration the operator writes into the model-loading ConfigMap (and the
+// loader reads from the mounted file), the summary the loader writes to its
+// termination message, and the exit codes that tell the operator whether a failed
+// load is worth retrying.
+package loadspec
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+const (
+	// ConfigFileName is the key of the ConfigMap and the file name the loader reads.
+	ConfigFileName = "config.json"
+	// ConfigMountDir is where the operator mounts the ConfigMap in the loader container.
+	ConfigMountDir = "/etc/model-loader"
+	// CredentialsMountDir is where the operator mounts the S3 credentials Secret, if any.
+	CredentialsMountDir = "/var/run/secrets/model-loader"
+	// CompleteMarker is written at the root of the destination once every file is
+	// present and verified; the engine is only started on a destination that has it.
+	CompleteMarker = ".model-complete.json"
+)
+
+// Environment variables the loader reads credentials from. They are the standard
+// AWS names, so the default AWS credential chain sees them too.
+const (
+	EnvAccessKeyID     = "AWS_ACCESS_KEY_ID"
+	EnvSecretAccessKey = "AWS_SECRET_ACCESS_KEY"
+	EnvSessionToken    = "AWS_SESSION_TOKEN"
+	// EnvHTTPBearerToken is sent as "Authorization: Bearer ..." to HTTP sources.
+	EnvHTTPBearerToken = "MODEL_LOADER_HTTP_TOKEN"
+)
+
+// Config is the model-loading configuration. Every field can also be given as a
+// flag of the same meaning; flags win over the file.
+type Config struct {
+	// Source is the model's location: s3://BUCKET/PREFIX, http(s)://..., or file:///PATH.
+	Source string `json:"source"`
+	// Dest is the folder the model is written to (the shared cache volume).
+	Dest string `json:"dest"`
+	// S3 holds options that only apply to s3:// sources.
+	S3 *S3Options `json:"s3,omitempty"`
+	// Concurrency is how many ranged parts are fetched at once, across all files.
+	Concurrency int `json:"concurrency,omitempty"`
+	// PartSizeBytes is the size of one ranged part of a large file.
+	PartSizeBytes int64 `json:"partSizeBytes,omitempty"`
+	// Timeout bounds the whole load.
+	Timeout Duration `json:"timeout,omitempty"`
+	// StallTimeout is how long a part may make no progress before it is retried.
+	StallTimeout Duration `json:"stallTimeout,omitempty"`
+	// SHA256Manifest optionally names a file in the source ("sha256sum" format,
+	// paths relative to the source) that every downloaded file is checked against.
+	SHA256Manifest string `json:"sha256Manifest,omitempty"`
+}
+
+// S3Options are the S3-specific settings.
+type S3Options struct {
+	// Endpoint is the URL of an S3-compatible store (MinIO, Ceph, ...). Empty means AWS.
+	Endpoint string `json:"endpoint,omitempty"`
+	Region   string `json:"region,omitempty"`
+	// PathStyle selects path-style addressing (http://host/bucket/key), which most
+	// S3-compatible stores need.
+	PathStyle bool `json:"pathStyle,omitempty"`
+}
+
+// Summary is what the loader writes, as JSON, to its termination message path when
+// it exits, and what the operator copies into the AIInference status.
+type Summary struct {
+	Files int `json:"files"`
+	// Bytes is the model's total size; BytesFetched what this run downloaded.
+	Bytes        int64   `json:"bytes"`
+	BytesFetched int64   `json:"bytesFetched"`
+	Seconds      float64 `json:"seconds"`
+	// ThroughputMBps is BytesFetched / Seconds, in MB/s (10^6 bytes).
+	ThroughputMBps float64 `json:"throughputMBps"`
+	Verified       bool    `json:"verified"`
+	// CacheHit is true when the destination already held the complete model.
+	CacheHit bool `json:"cacheHit,omitempty"`
+	// Failure is set when the load did not succeed.
+	Failure *Failure `json:"failure,omitempty"`
+}
+
+// Failure says why a load failed.
+type Failure struct {
+	// Reason is a stable PascalCase word (see the Reason constants).
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+	// Retryable tells whether running the loader again may succeed.
+	Retryable bool `json:"retryable"`
+}
+
+// Stable failure reasons, shared by the loader's summary and the operator's conditions.
+const (
+	ReasonNotFound         = "SourceNotFound"
+	ReasonAccessDenied     = "AccessDenied"
+	ReasonChecksumMismatch = "ChecksumMismatch"
+	ReasonInvalidConfig    = "InvalidConfig"
+	ReasonTimeout          = "Timeout"
+	ReasonTransient        = "TransientError"
+)
+
+// Exit codes of the loader. 0 is success; the operator treats ExitRetryable as worth
+// another try and every other non-zero code as permanent.
+const (
+	ExitRetryable     = 10
+	ExitInvalidConfig = 20
+	ExitNotFound      = 21
+	ExitAccessDenied  = 22
+	ExitChecksum      = 23
+)
+
+// IsRetryableExit tells whether a loader exit code is worth another attempt.
+// Codes the loader does not define (a crash, an OOM kill's 137) are treated as
+// retryable: they say nothing about the model itself.
+func IsRetryableExit(code int32) bool {
+	switch code {
+	case ExitInvalidConfig, ExitNotFound, ExitAccessDenied, ExitChecksum:
+		return false
+	}
+	return code != 0
+}
+
+// Duration is a time.Duration that reads and writes as a Go duration string ("90s").
+type Duration struct{ time.Duration }
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON reads a duration string such as "15m".
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string such as \"15m\": %w", err)
+	}
+	parsed, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	d.Duration = parsed
+	return nil
+}
