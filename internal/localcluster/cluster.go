@@ -1,0 +1,504 @@
+// Package localcluster runs a real Kubernetes control plane on loopback with
+// simulated GPU nodes: etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler and kwok (which plays the kubelets), each on a free port of
+// 127.0.0.1, all in one directory of their own. The end-to-end tests and the
+// localcluster command use it.
+//
+// The binaries come from hack/tools/build.sh (built from pinned module versions,
+// cached outside the repository); nothing is downloaded at run time but kwok's
+// module, whose Stage configurations the cluster uses.
+package localcluster
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+const (
+	// serviceClusterIPRange is the range of Service cluster IPs. Nothing routes
+	// them (there is no kube-proxy): they are only data in the API.
+	serviceClusterIPRange = "10.96.0.0/16"
+	serviceClusterIP      = "10.96.0.1" // the kubernetes Service
+	// podCIDR is where kwok takes pod IPs from; like cluster IPs they are only data.
+	podCIDR = "10.244.0.0/16"
+	// contextName is the cluster, user and context name in the kubeconfig.
+	contextName = "localcluster"
+)
+
+// Options configure Start. The zero value starts the default cluster from the
+// repository that contains the working directory.
+type Options struct {
+	// BinDir holds etcd, kube-apiserver, kube-controller-manager, kube-scheduler
+	// and kwok. Empty: BuildBinaries builds them or finds them in its cache.
+	BinDir string
+	// KwokStageDir is kwok's kustomize/stage folder. Empty: KwokStageDir finds it.
+	KwokStageDir string
+	// RepoRoot is the repository checkout, needed when BinDir or KwokStageDir is
+	// empty. Empty: FindRepoRoot from the working directory.
+	RepoRoot string
+	// NodePools are the simulated nodes. Nil: DefaultNodePools. Empty: no nodes.
+	NodePools []NodePool
+	// Dir is the cluster's directory (etcd data, keys, kubeconfig, logs). Empty: a
+	// new temporary directory that Stop removes. A Dir given here is created if
+	// needed, must be empty, and is left in place by Stop, logs included.
+	Dir string
+	// StartTimeout bounds Start once the binaries are there. Zero: 3 minutes.
+	StartTimeout time.Duration
+	// Progress receives one line per step of Start and Stop (nil: discarded).
+	Progress io.Writer
+}
+
+// Cluster is a running local cluster. Its methods may be called concurrently.
+type Cluster struct {
+	dir        string
+	removeDir  bool // Dir was a temporary directory of our own
+	logsDir    string
+	kubeconfig string
+	restConfig *rest.Config
+	client     kubernetes.Interface
+	progress   io.Writer
+	ports      ports
+
+	mu      sync.Mutex
+	procs   []*process // in start order
+	stopped bool
+}
+
+// ports are the loopback ports of the components.
+type ports struct {
+	etcdClient, etcdPeer, apiServer, controllerManager, scheduler int
+}
+
+// Start starts a cluster and returns once it is usable: the API server is ready,
+// the controller-manager and scheduler are healthy, the default service account
+// exists, and every node of the pools is Ready and schedulable. On error,
+// everything it started is stopped again.
+func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
+	begin := time.Now()
+	progress := opts.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	pools := opts.NodePools
+	if pools == nil {
+		pools = DefaultNodePools()
+	}
+	if err := ValidateNodePools(pools); err != nil {
+		return nil, err
+	}
+
+	binDir, stageDir := opts.BinDir, opts.KwokStageDir
+	if binDir == "" || stageDir == "" {
+		root := opts.RepoRoot
+		if root == "" {
+			wd, err := os.Getwd()
+			if err != nil {
+				return nil, err
+			}
+			if root, err = FindRepoRoot(wd); err != nil {
+				return nil, err
+			}
+		}
+		if binDir == "" {
+			fmt.Fprintln(progress, "Finding or building the cluster binaries (hack/tools/build.sh cluster)")
+			if binDir, err = BuildBinaries(ctx, root, progress); err != nil {
+				return nil, err
+			}
+		}
+		if stageDir == "" {
+			if stageDir, err = KwokStageDir(ctx, root); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := checkBinaries(binDir); err != nil {
+		return nil, err
+	}
+
+	timeout := opts.StartTimeout
+	if timeout == 0 {
+		timeout = 3 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	c := &Cluster{dir: opts.Dir, progress: progress}
+	if c.dir == "" {
+		if c.dir, err = os.MkdirTemp("", "localcluster-"); err != nil {
+			return nil, err
+		}
+		c.removeDir = true
+	} else {
+		if err := os.MkdirAll(c.dir, 0o755); err != nil {
+			return nil, err
+		}
+		if entries, err := os.ReadDir(c.dir); err != nil {
+			return nil, err
+		} else if len(entries) > 0 {
+			return nil, fmt.Errorf("cluster directory %s is not empty", c.dir)
+		}
+	}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("starting the local cluster in %s: %w", c.dir, err)
+			if stopErr := c.Stop(); stopErr != nil {
+				err = errors.Join(err, stopErr)
+			}
+		}
+	}()
+
+	c.logsDir = filepath.Join(c.dir, "logs")
+	pkiDir := filepath.Join(c.dir, "pki")
+	for _, d := range []string{c.logsDir, pkiDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	sec, err := writeSecrets(pkiDir)
+	if err != nil {
+		return nil, err
+	}
+	stageConfig := filepath.Join(c.dir, "kwok-stages.yaml")
+	if err := WriteStageConfig(stageDir, stageConfig); err != nil {
+		return nil, err
+	}
+	p, err := freePorts(5)
+	if err != nil {
+		return nil, err
+	}
+	c.ports = ports{etcdClient: p[0], etcdPeer: p[1], apiServer: p[2], controllerManager: p[3], scheduler: p[4]}
+
+	// etcd
+	etcdURL := "http://127.0.0.1:" + strconv.Itoa(c.ports.etcdClient)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(c.ports.etcdPeer)
+	if err := c.start(etcdBinary, filepath.Join(binDir, etcdBinary),
+		"--name=localcluster",
+		"--data-dir="+filepath.Join(c.dir, "etcd"),
+		"--listen-client-urls="+etcdURL,
+		"--advertise-client-urls="+etcdURL,
+		"--listen-peer-urls="+peerURL,
+		"--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=localcluster="+peerURL,
+		// A throwaway cluster: no fsync, which is much faster on slow disks.
+		"--unsafe-no-fsync=true",
+		"--log-level=warn",
+	); err != nil {
+		return nil, err
+	}
+	if err := c.waitHTTP(ctx, etcdBinary, etcdURL+"/health", nil); err != nil {
+		return nil, err
+	}
+
+	// kube-apiserver
+	serverURL := "https://127.0.0.1:" + strconv.Itoa(c.ports.apiServer)
+	if err := c.start(kubeAPIServerBinary, filepath.Join(binDir, kubeAPIServerBinary),
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(c.ports.apiServer),
+		"--cert-dir="+pkiDir,
+		"--tls-cert-file="+sec.servingCert,
+		"--tls-private-key-file="+sec.servingKey,
+		"--client-ca-file="+sec.caCert,
+		"--etcd-servers="+etcdURL,
+		"--token-auth-file="+sec.tokenAuthFile,
+		"--authorization-mode=RBAC",
+		"--service-account-key-file="+sec.saPub,
+		"--service-account-signing-key-file="+sec.saKey,
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-cluster-ip-range="+serviceClusterIPRange,
+		"--allow-privileged=true",
+		// kwok gives nodes the address 127.0.0.1, so logs/exec requests (which
+		// kwok does not serve) stay on loopback.
+		"--kubelet-preferred-address-types=InternalIP",
+		"--profiling=false",
+	); err != nil {
+		return nil, err
+	}
+	c.restConfig = &rest.Config{
+		Host:            serverURL,
+		BearerToken:     sec.adminToken,
+		TLSClientConfig: rest.TLSClientConfig{CAData: sec.caCertPEMBytes},
+		QPS:             100,
+		Burst:           200,
+	}
+	if c.client, err = kubernetes.NewForConfig(c.restConfig); err != nil {
+		return nil, err
+	}
+	if err := c.waitAPIServerReady(ctx); err != nil {
+		return nil, err
+	}
+	c.kubeconfig = filepath.Join(c.dir, "kubeconfig")
+	if err := writeKubeconfig(c.kubeconfig, serverURL, sec); err != nil {
+		return nil, err
+	}
+
+	// The rest use the admin kubeconfig, also to delegate authentication and
+	// authorization of their own (health) endpoints to the API server.
+	kubeconfigFlags := []string{"--kubeconfig=" + c.kubeconfig,
+		"--authentication-kubeconfig=" + c.kubeconfig, "--authorization-kubeconfig=" + c.kubeconfig}
+	if err := c.start(kubeControllerManagerBinary, filepath.Join(binDir, kubeControllerManagerBinary), append(kubeconfigFlags,
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(c.ports.controllerManager),
+		"--cert-dir="+filepath.Join(c.dir, "kube-controller-manager"),
+		"--leader-elect=false",
+		// nodeipam would need a cluster CIDR and kwok assigns pod IPs itself; the ttl
+		// controller fights kwok over the node TTL annotation. Keep nodelifecycle: it
+		// lifts the not-ready taint from new nodes.
+		"--controllers=*,-nodeipam,-ttl",
+		"--service-account-private-key-file="+sec.saKey,
+		"--root-ca-file="+sec.caCert,
+		"--cluster-signing-cert-file="+sec.caCert,
+		"--cluster-signing-key-file="+sec.caKey,
+		"--profiling=false",
+	)...); err != nil {
+		return nil, err
+	}
+	if err := c.start(kubeSchedulerBinary, filepath.Join(binDir, kubeSchedulerBinary), append(kubeconfigFlags,
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(c.ports.scheduler),
+		"--cert-dir="+filepath.Join(c.dir, "kube-scheduler"),
+		"--leader-elect=false",
+		"--profiling=false",
+	)...); err != nil {
+		return nil, err
+	}
+	if err := c.start(kwokBinary, filepath.Join(binDir, kwokBinary),
+		"--kubeconfig="+c.kubeconfig,
+		"--config="+stageConfig,
+		"--manage-nodes-with-annotation-selector="+KwokNodeAnnotation+"=fake",
+		"--node-ip=127.0.0.1",
+		"--cidr="+podCIDR,
+	); err != nil {
+		return nil, err
+	}
+
+	fmt.Fprintf(progress, "Creating %d simulated nodes\n", len(Nodes(pools)))
+	var names []string
+	for _, pool := range pools {
+		created, err := c.createNodes(ctx, pool)
+		if err != nil {
+			return nil, err
+		}
+		names = append(names, created...)
+	}
+	if err := c.waitHTTP(ctx, kubeControllerManagerBinary, "https://127.0.0.1:"+strconv.Itoa(c.ports.controllerManager)+"/healthz", insecureLoopback); err != nil {
+		return nil, err
+	}
+	if err := c.waitHTTP(ctx, kubeSchedulerBinary, "https://127.0.0.1:"+strconv.Itoa(c.ports.scheduler)+"/readyz", insecureLoopback); err != nil {
+		return nil, err
+	}
+	fmt.Fprintln(progress, "Waiting for the default service account and for the nodes to be Ready")
+	if err := c.poll(ctx, "the default service account", func(ctx context.Context) (bool, error) {
+		_, err := c.client.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil, err
+	}); err != nil {
+		return nil, err
+	}
+	if err := c.WaitNodesReady(ctx, names...); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(progress, "Local cluster ready in %s: export KUBECONFIG=%s\n", time.Since(begin).Round(100*time.Millisecond), c.kubeconfig)
+	return c, nil
+}
+
+// Kubeconfig is the path of the admin kubeconfig.
+func (c *Cluster) Kubeconfig() string { return c.kubeconfig }
+
+// RESTConfig returns a new copy of the admin client configuration.
+func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.restConfig) }
+
+// Client is a clientset with admin rights.
+func (c *Cluster) Client() kubernetes.Interface { return c.client }
+
+// Dir is the cluster's directory.
+func (c *Cluster) Dir() string { return c.dir }
+
+// LogsDir holds one log file per component: etcd.log, kube-apiserver.log,
+// kube-controller-manager.log, kube-scheduler.log and kwok.log.
+func (c *Cluster) LogsDir() string { return c.logsDir }
+
+// APIServerURL is the https URL of the API server on 127.0.0.1.
+func (c *Cluster) APIServerURL() string { return c.restConfig.Host }
+
+// Process is one running component of a cluster.
+type Process struct {
+	Name string `json:"name"` // component (and binary) name, e.g. kube-apiserver
+	PID  int    `json:"pid"`  // process id, also its process group id
+}
+
+// Processes lists the components in start order.
+func (c *Cluster) Processes() []Process {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]Process, 0, len(c.procs))
+	for _, p := range c.procs {
+		out = append(out, Process{Name: p.name, PID: p.PID()})
+	}
+	return out
+}
+
+// Healthy returns an error, with the end of its log, for every component
+// that has exited.
+func (c *Cluster) Healthy() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	for _, p := range c.procs {
+		if p.exited() {
+			errs = append(errs, p.exitError())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Stop ends every process the cluster started (the whole process group of each,
+// in reverse start order, SIGTERM then SIGKILL) and waits for them, then removes
+// the cluster directory if Start created it. It may be called more than once.
+func (c *Cluster) Stop() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return nil
+	}
+	c.stopped = true
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		p := c.procs[i]
+		fmt.Fprintf(c.progress, "Stopping %s (pid %d)\n", p.name, p.PID())
+		p.stop(10 * time.Second)
+	}
+	if c.removeDir {
+		if err := os.RemoveAll(c.dir); err != nil {
+			return fmt.Errorf("removing the cluster directory: %w", err)
+		}
+	}
+	return nil
+}
+
+// start starts one component and records it.
+func (c *Cluster) start(name, binary string, args ...string) error {
+	fmt.Fprintf(c.progress, "Starting %s\n", name)
+	p, err := startProcess(name, binary, args, c.logsDir)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.procs = append(c.procs, p)
+	if c.stopped { // Stop ran meanwhile
+		p.stop(0)
+		return errors.New("cluster stopped while starting")
+	}
+	return nil
+}
+
+// poll calls cond every 200ms until it returns true, it returns an error, a
+// component exits, or ctx ends.
+func (c *Cluster) poll(ctx context.Context, what string, cond func(context.Context) (bool, error)) error {
+	var lastErr error
+	for {
+		if err := c.Healthy(); err != nil {
+			return fmt.Errorf("waiting for %s: %w", what, err)
+		}
+		ok, err := cond(ctx)
+		if ok {
+			return nil
+		}
+		if err != nil {
+			lastErr = err
+		}
+		select {
+		case <-ctx.Done():
+			if lastErr != nil {
+				return fmt.Errorf("waiting for %s: %w (last error: %v)", what, ctx.Err(), lastErr)
+			}
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// insecureLoopback is for the health endpoints of the controller-manager and the
+// scheduler on 127.0.0.1, which serve self-signed certificates they make
+// themselves at start; nothing secret is sent.
+var insecureLoopback = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // loopback health checks only
+
+// waitHTTP waits until url answers 200.
+func (c *Cluster) waitHTTP(ctx context.Context, what, url string, tlsConfig *tls.Config) error {
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+	defer client.CloseIdleConnections()
+	return c.poll(ctx, what, func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return false, nil // not listening yet
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return false, fmt.Errorf("%s: %s: %s", url, resp.Status, body)
+		}
+		return true, nil
+	})
+}
+
+// waitAPIServerReady waits until /readyz is fully ok (RBAC bootstrap and the
+// other post-start hooks included).
+func (c *Cluster) waitAPIServerReady(ctx context.Context) error {
+	return c.poll(ctx, kubeAPIServerBinary+" /readyz", func(ctx context.Context) (bool, error) {
+		body, err := c.client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		if err != nil {
+			return false, fmt.Errorf("%w: %s", err, body)
+		}
+		return string(body) == "ok", nil
+	})
+}
+
+// writeKubeconfig writes the admin kubeconfig.
+func writeKubeconfig(path, serverURL string, sec *secrets) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[contextName] = &clientcmdapi.Cluster{Server: serverURL, CertificateAuthorityData: sec.caCertPEMBytes}
+	cfg.AuthInfos[contextName] = &clientcmdapi.AuthInfo{Token: sec.adminToken}
+	cfg.Contexts[contextName] = &clientcmdapi.Context{Cluster: contextName, AuthInfo: contextName}
+	cfg.CurrentContext = contextName
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// nodeSchedulable reports whether node is Ready and free of the taints that the
+// node lifecycle controller puts on nodes that are not (yet) ready.
+func nodeSchedulable(node *corev1.Node) bool {
+	ready := false
+	for _, cond := range node.Status.Conditions {
+		if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+			ready = true
+		}
+	}
+	for _, t := range node.Spec.Taints {
+		if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
+			return false
+		}
+	}
+	return ready && !node.Spec.Unschedulable
+}

@@ -1,0 +1,185 @@
+package localcluster
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// process is one running component: a binary in its own process group, its
+// output in a log file.
+type process struct {
+	name    string // component name, also the log file's base name
+	cmd     *exec.Cmd
+	logPath string
+	done    chan struct{} // closed when the process has exited and been reaped
+	err     error         // exit error; read only after done is closed
+}
+
+// startProcess starts binary with args in its own process group, with stdout and
+// stderr going to logsDir/<name>.log. The process gets SIGKILL if the thread that
+// started it dies, so a killed test binary or supervisor does not leave it behind.
+func startProcess(name, binary string, args []string, logsDir string) (*process, error) {
+	logPath := filepath.Join(logsDir, name+".log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close() // the child holds its own descriptor
+	fmt.Fprintf(logFile, "# %s %s\n", binary, shellQuote(args))
+
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.Env = os.Environ()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// PID is the process id, which is also the process group id.
+func (p *process) PID() int { return p.cmd.Process.Pid }
+
+// exited reports whether the process has ended.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// exitError describes how the process ended, with the end of its log.
+func (p *process) exitError() error {
+	return fmt.Errorf("%s exited (%v); end of %s:\n%s", p.name, p.err, p.logPath, tail(p.logPath, 30))
+}
+
+// stop sends SIGTERM to the process group, waits up to grace for the process to
+// end, then sends SIGKILL to the group and waits for it.
+func (p *process) stop(grace time.Duration) {
+	if p.exited() {
+		// The leader is gone; children it may have left in the group get killed too.
+		_ = syscall.Kill(-p.PID(), syscall.SIGKILL)
+		return
+	}
+	_ = syscall.Kill(-p.PID(), syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+	}
+	// Whatever is left in the group (the leader or anything it started).
+	_ = syscall.Kill(-p.PID(), syscall.SIGKILL)
+	<-p.done
+}
+
+// KillProcessGroup ends a process group that this package started in an earlier
+// run (known only by its id): SIGTERM, up to grace to end, then SIGKILL. It only
+// signals pid when /proc says its executable's base name is wantExe, so a
+// recycled process id is left alone. It reports whether anything was signalled.
+func KillProcessGroup(pid int, wantExe string, grace time.Duration) bool {
+	if pid <= 0 || !processIs(pid, wantExe) {
+		return false
+	}
+	_ = syscall.Kill(-pid, syscall.SIGTERM)
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) && processIs(pid, wantExe) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	for i := 0; i < 50 && processIs(pid, wantExe); i++ {
+		time.Sleep(100 * time.Millisecond)
+	}
+	return true
+}
+
+// processIs reports whether pid is a live (not zombie) process whose first
+// argument has the base name exe.
+func processIs(pid int, exe string) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state follows the last ')' of "pid (comm) S ...".
+	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+		return false
+	}
+	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil || len(cmdline) == 0 {
+		return false
+	}
+	argv0 := string(cmdline)
+	if i := bytes.IndexByte(cmdline, 0); i >= 0 {
+		argv0 = string(cmdline[:i])
+	}
+	return filepath.Base(argv0) == exe
+}
+
+// freePorts returns n distinct free ports.
+func freePorts(n int) ([]int, error) {
+	// Hold all listeners open until every port is chosen, so no port repeats.
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, errors.Join(errors.New("finding a free port"), err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// tail returns the last n lines of the file at path.
+func tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	end := len(data)
+	for end > 0 && data[end-1] == '\n' {
+		end--
+	}
+	start, lines := end, 0
+	for start > 0 {
+		if data[start-1] == '\n' {
+			lines++
+			if lines == n {
+				break
+			}
+		}
+		start--
+	}
+	return string(data[start:end])
+}
+
+func shellQuote(args []string) string {
+	out := ""
+	for i, a := range args {
+		if i > 0 {
+			out += " "
+		}
+		out += strconv.Quote(a)
+	}
+	return out
+}
