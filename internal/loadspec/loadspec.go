@@ -80,6 +80,15 @@ type Summary struct {
 	CacheHit bool `json:"cacheHit,omitempty"`
 	// Failure is set when the load did not succeed.
 	Failure *Failure `json:"failure,omitempty"`
+	// Checks counts the files by how they were verified: "sha256" (the manifest),
+	// "md5" (a single-part S3 ETag), "multipartETag" (each upload part hashed), or
+	// "size" when the source vouches for nothing more. Verified is true only when no
+	// file was checked by size alone.
+	Checks map[string]int `json:"checks,omitempty"`
+	// Retries counts requests retried after a transient error, Stalls those cut by
+	// the stall watchdog.
+	Retries int `json:"retries,omitempty"`
+	Stalls  int `json:"stalls,omitempty"`
 }
 
 // Failure says why a load failed.

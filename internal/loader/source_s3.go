@@ -1,0 +1,220 @@
+package loader
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	awscreds "github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/aiinference/operator/internal/loadspec"
+)
+
+// s3Source reads a model from an S3-compatible store with the AWS SDK. The SDK's own
+// retries are off: the loader retries each request itself (with back-off, jitter
+// and a stall watchdog), so that one policy governs every source.
+type s3Source struct {
+	client *s3.Client
+	bucket string
+	prefix string
+	retry  retryPolicy
+}
+
+// newHTTPTransport is the transport of every network source: enough idle
+// connections for the whole concurrency, no transparent decompression (the bytes
+// must be the object's), and timeouts on each step before the body.
+func newHTTPTransport(concurrency int, stall time.Duration) *http.Transport {
+	tr := &http.Transport{}
+	tuneTransport(tr, concurrency, stall)
+	return tr
+}
+
+func tuneTransport(tr *http.Transport, concurrency int, stall time.Duration) {
+	tr.Proxy = http.ProxyFromEnvironment
+	tr.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	tr.MaxIdleConns = 2 * concurrency
+	tr.MaxIdleConnsPerHost = 2 * concurrency
+	tr.IdleConnTimeout = 90 * time.Second
+	tr.TLSHandshakeTimeout = 30 * time.Second
+	tr.ResponseHeaderTimeout = stall
+	tr.ExpectContinueTimeout = time.Second
+	tr.DisableCompression = true
+	tr.ReadBufferSize = 256 << 10
+	tr.WriteBufferSize = 64 << 10
+}
+
+func newS3Source(ctx context.Context, su sourceURL, o Options, c credentials) (*s3Source, error) {
+	region := o.S3.Region
+	loadOpts := []func(*awsconfig.LoadOptions) error{
+		awsconfig.WithRetryer(func() aws.Retryer { return aws.NopRetryer{} }),
+		// A buildable client, so that AWS_CA_BUNDLE and the like still apply.
+		awsconfig.WithHTTPClient(awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+			tuneTransport(tr, o.Concurrency, o.StallTimeout.Duration)
+		})),
+		// The loader verifies content itself (ETag, multipart ETag, sha256 manifest);
+		// the SDK's whole-object response checksums do not apply to ranged reads.
+		awsconfig.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
+		awsconfig.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
+	}
+	if region != "" {
+		loadOpts = append(loadOpts, awsconfig.WithRegion(region))
+	}
+	if c.AccessKeyID != "" {
+		loadOpts = append(loadOpts, awsconfig.WithCredentialsProvider(
+			awscreds.NewStaticCredentialsProvider(c.AccessKeyID, c.SecretAccessKey, c.SessionToken)))
+	}
+	cfg, err := awsconfig.LoadDefaultConfig(ctx, loadOpts...)
+	if err != nil {
+		return nil, failf(loadspec.ReasonInvalidConfig, "", "S3 configuration: %v", err)
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+	client := s3.NewFromConfig(cfg, func(so *s3.Options) {
+		if o.S3.Endpoint != "" {
+			so.BaseEndpoint = aws.String(o.S3.Endpoint)
+		}
+		so.UsePathStyle = o.S3.PathStyle
+		so.DisableLogOutputChecksumValidationSkipped = true
+	})
+	return &s3Source{client: client, bucket: su.Bucket, prefix: su.Prefix, retry: defaultRetry}, nil
+}
+
+func (s *s3Source) List(ctx context.Context) ([]Object, error) {
+	prefix := s.prefix
+	if prefix != "" && !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	var objs []Object
+	var token *string
+	for {
+		var out *s3.ListObjectsV2Output
+		err := s.retry.do(ctx, func(ctx context.Context) error {
+			var err error
+			out, err = s.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{
+				Bucket: &s.bucket, Prefix: &prefix, ContinuationToken: token,
+			})
+			return err
+		}, nil)
+		if err != nil {
+			return nil, fmt.Errorf("listing s3://%s/%s: %w", s.bucket, prefix, err)
+		}
+		for _, it := range out.Contents {
+			key := aws.ToString(it.Key)
+			if strings.HasSuffix(key, "/") {
+				continue // a folder marker
+			}
+			objs = append(objs, Object{
+				Key: key, Path: strings.TrimPrefix(key, prefix),
+				Size: aws.ToInt64(it.Size), ETag: strings.Trim(aws.ToString(it.ETag), `"`),
+			})
+		}
+		if !aws.ToBool(out.IsTruncated) || out.NextContinuationToken == nil {
+			break
+		}
+		token = out.NextContinuationToken
+	}
+	if len(objs) == 0 && s.prefix != "" && !strings.HasSuffix(s.prefix, "/") {
+		// The prefix may name a single object.
+		obj, err := s.head(ctx, s.prefix)
+		if err != nil {
+			if le, ok := err.(*Error); !ok || le.Reason != loadspec.ReasonNotFound {
+				return nil, err
+			}
+		} else {
+			obj.Path = s.prefix[strings.LastIndexByte(s.prefix, '/')+1:]
+			objs = append(objs, obj)
+		}
+	}
+	if len(objs) == 0 {
+		return nil, failf(loadspec.ReasonNotFound, "", "no objects under s3://%s/%s", s.bucket, s.prefix)
+	}
+	if err := s.describe(ctx, objs); err != nil {
+		return nil, err
+	}
+	return objs, nil
+}
+
+func (s *s3Source) head(ctx context.Context, key string) (Object, error) {
+	var out *s3.HeadObjectOutput
+	err := s.retry.do(ctx, func(ctx context.Context) error {
+		var err error
+		out, err = s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &key})
+		return err
+	}, nil)
+	if err != nil {
+		return Object{}, err
+	}
+	return Object{Key: key, Size: aws.ToInt64(out.ContentLength), ETag: strings.Trim(aws.ToString(out.ETag), `"`)}, nil
+}
+
+// describe fills what each object's ETag vouches for: the MD5 of a single-part
+// upload, or the part layout of a multipart upload (from a HEAD of its first part),
+// which lets its ETag be checked.
+func (s *s3Source) describe(ctx context.Context, objs []Object) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i := range objs {
+		o := &objs[i]
+		if isHexMD5(o.ETag) {
+			o.MD5 = strings.ToLower(o.ETag)
+			continue
+		}
+		n, ok := multipartETag(o.ETag)
+		if !ok || o.Size == 0 {
+			continue
+		}
+		g.Go(func() error {
+			var out *s3.HeadObjectOutput
+			err := s.retry.do(gctx, func(ctx context.Context) error {
+				var err error
+				out, err = s.client.HeadObject(ctx, &s3.HeadObjectInput{
+					Bucket: &s.bucket, Key: &o.Key, PartNumber: aws.Int32(1), IfMatch: aws.String(`"` + o.ETag + `"`),
+				})
+				return err
+			}, nil)
+			if err != nil {
+				if le, ok := err.(*Error); ok && (le.Reason == loadspec.ReasonNotFound || le.Reason == loadspec.ReasonAccessDenied) {
+					return fmt.Errorf("%s: %w", o.Path, err)
+				}
+				return nil // the store cannot say; the ETag goes unchecked
+			}
+			first := aws.ToInt64(out.ContentLength)
+			// Every common uploader uses equal parts but the last; check that the
+			// layout adds up before relying on it.
+			if first > 0 && int((o.Size+first-1)/first) == n && (out.PartsCount == nil || int(*out.PartsCount) == n) {
+				o.UploadPartSize, o.UploadParts = first, n
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+func (s *s3Source) Fetch(ctx context.Context, obj *Object, off, n int64) (io.ReadCloser, error) {
+	in := &s3.GetObjectInput{
+		Bucket: &s.bucket, Key: &obj.Key,
+		Range: aws.String(fmt.Sprintf("bytes=%d-%d", off, off+n-1)),
+	}
+	if obj.ETag != "" {
+		in.IfMatch = aws.String(`"` + obj.ETag + `"`)
+	}
+	out, err := s.client.GetObject(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	if out.ContentLength != nil && *out.ContentLength != n {
+		out.Body.Close()
+		return nil, fmt.Errorf("asked for %d bytes at %d, the store answers %d", n, off, *out.ContentLength)
+	}
+	return out.Body, nil
+}
