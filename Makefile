@@ -15,11 +15,11 @@ help: ## Show this help
 
 .PHONY: manifests
 manifests: ## Generate the CRD, RBAC and webhook manifests under config/
-	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./..." output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./api/...;./internal/controller/..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 
 .PHONY: generate
 generate: ## Generate DeepCopy methods
-	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./..."
+	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
 
 .PHONY: fmt
 fmt: ## go fmt
@@ -51,3 +51,15 @@ tools: ## Build (or reuse) every real binary the tests need
 .PHONY: test
 test: tools vet ## Everything CI runs: unit, envtest integration, loader and end-to-end tests
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./... -count=1 -timeout 40m
+
+##@ Local cluster
+
+LOCALCLUSTER_NODES ?= config/localcluster/nodepool.yaml
+
+.PHONY: cluster-up
+cluster-up: ## Start the local cluster with simulated GPU nodes in the background (LOCALCLUSTER_NODES=file)
+	go run ./cmd/localcluster up --nodes $(LOCALCLUSTER_NODES)
+
+.PHONY: cluster-down
+cluster-down: ## Stop the local cluster and remove its files
+	go run ./cmd/localcluster down

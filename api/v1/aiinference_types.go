@@ -1,0 +1,467 @@
+/*
+Copyright 2026 The AIInference Operator Authors.
+
+Licensed under the Apache License, Version 2.0.
+*/
+
+package v1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// AIInferenceSpec is the model server a user asks for.
+// +kubebuilder:validation:XValidation:rule="!has(self.cache) || self.cache.type != 'Memory' || !has(self.model.size) || quantity(string(self.model.size)).compareTo(quantity('64Gi')) <= 0",message="cache.type Memory keeps the weights in RAM and is only for models up to 64Gi; use cache.type Disk or PVC for a model of this size"
+type AIInferenceSpec struct {
+	// Model says which model to serve and where its weights are.
+	Model ModelSpec `json:"model"`
+
+	// Engine is the model server that runs the model.
+	Engine EngineSpec `json:"engine"`
+
+	// GPU is how many GPUs each replica gets and which GPU products are acceptable.
+	// +optional
+	GPU GPUSpec `json:"gpu,omitempty"`
+
+	// Replicas is the number of model server pods.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// Cache is where the weights live inside the pod. When unset, the operator picks an
+	// in-memory emptyDir for small models (model.size up to 2Gi) and a disk emptyDir otherwise.
+	// +optional
+	Cache *CacheSpec `json:"cache,omitempty"`
+
+	// Loading bounds how long loading may take and how often a failed load is retried.
+	// +optional
+	Loading LoadingSpec `json:"loading,omitempty"`
+
+	// Resources are the engine container's requests and limits besides GPUs
+	// (the GPU limit comes from gpu.count).
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// NodeSelector further restricts the nodes the pods may run on.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// Tolerations are added to the GPU toleration the operator always sets.
+	// +optional
+	// +listType=atomic
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// ServiceAccountName is the service account the pods run as.
+	// +optional
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
+	// ImagePullSecrets are used to pull the engine and loader images.
+	// +optional
+	// +listType=atomic
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+}
+
+// ModelSpec names the model and its single source.
+type ModelSpec struct {
+	// Name is the model's name, shown in `kubectl get` and passed to the engine as the
+	// served model name (e.g. "llama-3.1-8b-instruct").
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// Revision is an optional version label for display (e.g. a commit or "v2").
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	Revision string `json:"revision,omitempty"`
+
+	// Source is where the weights are downloaded from. Exactly one of its fields is set.
+	Source ModelSource `json:"source"`
+
+	// Size is the approximate size of the weights. It sizes the cache and picks its
+	// medium when cache is unset.
+	// +optional
+	Size *resource.Quantity `json:"size,omitempty"`
+
+	// SHA256Manifest optionally names a file in the source, in `sha256sum` format,
+	// that every downloaded file is checked against.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	SHA256Manifest string `json:"sha256Manifest,omitempty"`
+}
+
+// ModelSource is exactly one place to fetch the weights from.
+// +kubebuilder:validation:XValidation:rule="(has(self.s3) ? 1 : 0) + (has(self.pvc) ? 1 : 0) + (has(self.http) ? 1 : 0) == 1",message="model.source must set exactly one of s3, pvc or http"
+type ModelSource struct {
+	// S3 is an S3 bucket and key prefix (AWS S3, MinIO or any S3-compatible store).
+	// +optional
+	S3 *S3Source `json:"s3,omitempty"`
+
+	// PVC is a path inside an existing PersistentVolumeClaim that holds the weights.
+	// +optional
+	PVC *PVCSource `json:"pvc,omitempty"`
+
+	// HTTP is a URL the weights are downloaded from.
+	// +optional
+	HTTP *HTTPSource `json:"http,omitempty"`
+}
+
+// S3Source is a prefix in an S3-compatible bucket.
+type S3Source struct {
+	// Bucket is the bucket name.
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9][a-z0-9.-]*[a-z0-9]$')",message="s3.bucket must be a valid bucket name: lower-case letters, digits, dots and hyphens, starting and ending with a letter or digit"
+	Bucket string `json:"bucket"`
+
+	// Prefix is the key prefix under which the model's files are (e.g. "models/llama-3.1-8b/").
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Prefix string `json:"prefix,omitempty"`
+
+	// Endpoint is the URL of an S3-compatible store such as MinIO. Empty means AWS S3.
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && (self.startsWith('http://') || self.startsWith('https://'))",message="s3.endpoint must be an http:// or https:// URL, e.g. http://minio.storage:9000"
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// Region is the bucket's region.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Region string `json:"region,omitempty"`
+
+	// PathStyle selects path-style addressing, which most S3-compatible stores need.
+	// +optional
+	PathStyle bool `json:"pathStyle,omitempty"`
+
+	// CredentialsSecretRef names a Secret in the same namespace holding the access key.
+	// Without it the loader uses the standard AWS credential chain (e.g. IRSA).
+	// +optional
+	CredentialsSecretRef *S3CredentialsSecretRef `json:"credentialsSecretRef,omitempty"`
+}
+
+// S3CredentialsSecretRef names a Secret and the keys in it that hold S3 credentials.
+type S3CredentialsSecretRef struct {
+	// Name is the Secret's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// AccessKeyIDKey is the Secret key holding the access key ID.
+	// +kubebuilder:default=AWS_ACCESS_KEY_ID
+	// +optional
+	AccessKeyIDKey string `json:"accessKeyIDKey,omitempty"`
+
+	// SecretAccessKeyKey is the Secret key holding the secret access key.
+	// +kubebuilder:default=AWS_SECRET_ACCESS_KEY
+	// +optional
+	SecretAccessKeyKey string `json:"secretAccessKeyKey,omitempty"`
+}
+
+// PVCSource is a folder inside an existing PersistentVolumeClaim.
+type PVCSource struct {
+	// ClaimName is the PersistentVolumeClaim's name, in the same namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ClaimName string `json:"claimName"`
+
+	// Path is the folder inside the volume that holds the model, relative to its root.
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.split('/').exists(p, p == '..')",message="pvc.path must be relative to the volume root and must not contain '..', e.g. models/llama-3.1-8b"
+	// +optional
+	Path string `json:"path,omitempty"`
+}
+
+// HTTPSource is a URL to download the model from.
+type HTTPSource struct {
+	// URL is the http:// or https:// address of the model file.
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && (self.startsWith('http://') || self.startsWith('https://'))",message="http.url must be an http:// or https:// URL"
+	URL string `json:"url"`
+
+	// BearerTokenSecretRef optionally names a Secret key whose value is sent as a
+	// bearer token.
+	// +optional
+	BearerTokenSecretRef *corev1.SecretKeySelector `json:"bearerTokenSecretRef,omitempty"`
+}
+
+// EngineType names a supported model server.
+// +kubebuilder:validation:Enum=vLLM;TGI;Triton
+type EngineType string
+
+// Supported engines.
+const (
+	EngineVLLM   EngineType = "vLLM"
+	EngineTGI    EngineType = "TGI"
+	EngineTriton EngineType = "Triton"
+)
+
+// EngineSpec is the model server and how it is started.
+type EngineSpec struct {
+	// Type is the model server: vLLM, TGI or Triton.
+	Type EngineType `json:"type"`
+
+	// Image overrides the engine's default image.
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="!self.contains(' ')",message="engine.image must be an image reference without spaces, e.g. vllm/vllm-openai:v0.11.0"
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// Args are added after the arguments the operator sets (model path, port, parallelism).
+	// +kubebuilder:validation:MaxItems=128
+	// +listType=atomic
+	// +optional
+	Args []string `json:"args,omitempty"`
+
+	// Env is added to the engine container's environment.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// Port is the HTTP port the engine listens on. Defaults to the engine's usual port.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	Port int32 `json:"port,omitempty"`
+}
+
+// GPUSpec is the GPUs of one replica.
+// +kubebuilder:validation:XValidation:rule="self.count > 0 || !has(self.products) || size(self.products) == 0",message="gpu.products lists acceptable GPU products, which needs gpu.count of at least 1"
+type GPUSpec struct {
+	// Count is the number of GPUs per replica; the engine's tensor parallelism follows it.
+	// 0 runs on CPU.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=16
+	// +optional
+	Count int32 `json:"count,omitempty"`
+
+	// Products are the acceptable values of the nvidia.com/gpu.product node label, most
+	// preferred first (e.g. NVIDIA-H100-80GB-HBM3, NVIDIA-A100-SXM4-80GB). Empty accepts any GPU.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=63
+	// +listType=set
+	// +optional
+	Products []string `json:"products,omitempty"`
+}
+
+// CacheType is where the weights are kept in the pod.
+// +kubebuilder:validation:Enum=Memory;Disk;PVC
+type CacheType string
+
+// Cache types.
+const (
+	// CacheMemory is an in-memory emptyDir: fastest, counts against memory, only for small models.
+	CacheMemory CacheType = "Memory"
+	// CacheDisk is an emptyDir on the node's disk.
+	CacheDisk CacheType = "Disk"
+	// CachePVC is a PersistentVolumeClaim, which survives pod restarts.
+	CachePVC CacheType = "PVC"
+)
+
+// CacheSpec is where the weights are kept in the pod.
+// +kubebuilder:validation:XValidation:rule="self.type == 'PVC' ? has(self.pvc) : !has(self.pvc)",message="cache.pvc is required when cache.type is PVC and not allowed otherwise"
+type CacheSpec struct {
+	// Type is Memory, Disk or PVC.
+	Type CacheType `json:"type"`
+
+	// SizeLimit bounds an emptyDir cache. Defaults to the model size plus headroom.
+	// +optional
+	SizeLimit *resource.Quantity `json:"sizeLimit,omitempty"`
+
+	// PVC is the claim for cache type PVC: an existing claim, or a size (and storage
+	// class) for the operator to create one.
+	// +optional
+	PVC *CachePVCSpec `json:"pvc,omitempty"`
+}
+
+// CachePVCSpec is an existing claim, or the size of one for the operator to create.
+// +kubebuilder:validation:XValidation:rule="has(self.claimName) != has(self.size)",message="cache.pvc must set either claimName (an existing claim) or size (a claim the operator creates), not both"
+type CachePVCSpec struct {
+	// ClaimName is an existing PersistentVolumeClaim to use.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	ClaimName string `json:"claimName,omitempty"`
+
+	// Size of the claim the operator creates.
+	// +optional
+	Size *resource.Quantity `json:"size,omitempty"`
+
+	// StorageClassName of the claim the operator creates. Empty means the cluster default.
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+
+	// AccessModes of the claim the operator creates. Defaults to ReadWriteOnce.
+	// +listType=atomic
+	// +optional
+	AccessModes []corev1.PersistentVolumeAccessMode `json:"accessModes,omitempty"`
+}
+
+// LoadingSpec bounds model loading.
+type LoadingSpec struct {
+	// Timeout is how long one attempt may take to download the model and warm the
+	// engine up until it is ready. The engine's startup probe budget derives from it.
+	// +kubebuilder:default="30m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="loading.timeout must be a duration between 10s and 24h, e.g. 30m"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// MaxRetries is how many times a failed load is retried before the object is Failed.
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	MaxRetries *int32 `json:"maxRetries,omitempty"`
+
+	// Backoff is the wait before the first retry; it doubles for each further retry,
+	// up to ten minutes.
+	// +kubebuilder:default="30s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('1h')",message="loading.backoff must be a duration between 1s and 1h, e.g. 30s"
+	// +optional
+	Backoff *metav1.Duration `json:"backoff,omitempty"`
+}
+
+// Phase is a one-word summary of where the AIInference is.
+// +kubebuilder:validation:Enum=Pending;Loading;Ready;Failed
+type Phase string
+
+// Phases.
+const (
+	// PhasePending: no replica is scheduled yet, or a reference is missing.
+	PhasePending Phase = "Pending"
+	// PhaseLoading: pods are downloading the model or the engine is warming up.
+	PhaseLoading Phase = "Loading"
+	// PhaseReady: the desired number of replicas serve traffic.
+	PhaseReady Phase = "Ready"
+	// PhaseFailed: loading failed permanently or beyond the retry bound.
+	PhaseFailed Phase = "Failed"
+)
+
+// AIInferenceStatus is what the operator observed.
+type AIInferenceStatus struct {
+	// ObservedGeneration is the generation this status was computed for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Phase summarises the state: Pending, Loading, Ready or Failed.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+
+	// Replicas is the number of pods that exist for this object.
+	// +optional
+	Replicas int32 `json:"replicas"`
+
+	// ReadyReplicas is the number of pods whose engine is ready to serve.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas"`
+
+	// Ready is ready/desired replicas, for display.
+	// +optional
+	Ready string `json:"ready,omitempty"`
+
+	// GPU describes the GPUs in use, for display (e.g. "2x NVIDIA-A100-SXM4-80GB").
+	// +optional
+	GPU string `json:"gpu,omitempty"`
+
+	// Selector is the label selector of the pods, for the scale subresource.
+	// +optional
+	Selector string `json:"selector,omitempty"`
+
+	// ModelLoaded is true once at least one replica has the complete, verified model.
+	// +optional
+	ModelLoaded bool `json:"modelLoaded"`
+
+	// LoadRetries is how many failed loads were retried for the current generation.
+	// +optional
+	LoadRetries int32 `json:"loadRetries"`
+
+	// LastLoad is the loader's report of the last successful load.
+	// +optional
+	LastLoad *LoadReport `json:"lastLoad,omitempty"`
+
+	// LastFailure is the last load failure observed.
+	// +optional
+	LastFailure *LoadFailure `json:"lastFailure,omitempty"`
+
+	// Conditions: Ready (always), Reconciling and Stalled (kstatus, only when True),
+	// ModelLoaded and Available.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// LoadReport is the model loader's summary of a load.
+type LoadReport struct {
+	// Pod that did the load.
+	Pod   string `json:"pod"`
+	Files int    `json:"files"`
+	// Bytes is the model's size; BytesFetched what the load downloaded (0 on a cache hit).
+	Bytes        int64 `json:"bytes"`
+	BytesFetched int64 `json:"bytesFetched"`
+	// Duration is how long the load took.
+	Duration metav1.Duration `json:"duration"`
+	// Throughput is the download rate, e.g. "812.4 MB/s".
+	Throughput string `json:"throughput,omitempty"`
+	// Verified is true when every file was checked against the store's checksum.
+	Verified bool `json:"verified"`
+	CacheHit bool `json:"cacheHit,omitempty"`
+}
+
+// LoadFailure is a failed load.
+type LoadFailure struct {
+	// Reason is a stable PascalCase word, e.g. ChecksumMismatch.
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+	// Pod whose load failed.
+	Pod string `json:"pod,omitempty"`
+	// ExitCode of the loader, when it ran.
+	ExitCode int32 `json:"exitCode,omitempty"`
+	// Retryable tells whether another attempt may succeed.
+	Retryable bool `json:"retryable"`
+	// Retried is true once the operator started another attempt for this failure.
+	// +optional
+	Retried bool `json:"retried,omitempty"`
+	// Time the failure was observed.
+	Time metav1.Time `json:"time"`
+}
+
+// AIInference runs one model on a model server, with its weights pre-loaded into
+// each pod, and reports whether it is ready to serve.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:resource:shortName=aii,categories=ai
+// +kubebuilder:storageversion
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.ready`
+// +kubebuilder:printcolumn:name="Model",type=string,JSONPath=`.spec.model.name`
+// +kubebuilder:printcolumn:name="Engine",type=string,JSONPath=`.spec.engine.type`
+// +kubebuilder:printcolumn:name="GPU",type=string,JSONPath=`.status.gpu`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type AIInference struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   AIInferenceSpec   `json:"spec"`
+	Status AIInferenceStatus `json:"status,omitempty"`
+}
+
+// AIInferenceList is a list of AIInference.
+// +kubebuilder:object:root=true
+type AIInferenceList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []AIInference `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&AIInference{}, &AIInferenceList{})
+}

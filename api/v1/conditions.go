@@ -1,0 +1,65 @@
+/*
+Copyright 2026 The AIInference Operator Authors.
+
+Licensed under the Apache License, Version 2.0.
+*/
+
+package v1
+
+// Condition types. Ready is always present; Reconciling and Stalled follow kstatus
+// and are present only while True.
+const (
+	// ConditionReady summarises the object: True when every desired replica serves.
+	ConditionReady = "Ready"
+	// ConditionReconciling is True while the operator is moving towards the desired state.
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled is True when progress needs a person: a bad reference, a
+	// permanent load failure, or retries exhausted.
+	ConditionStalled = "Stalled"
+	// ConditionModelLoaded is True once a replica holds the complete, verified model.
+	ConditionModelLoaded = "ModelLoaded"
+	// ConditionAvailable is True when at least one replica serves traffic.
+	ConditionAvailable = "Available"
+)
+
+// Condition reasons. Events use the same words.
+const (
+	// ReasonReady: every desired replica is ready.
+	ReasonReady = "Ready"
+	// ReasonScaledToZero: zero replicas are desired.
+	ReasonScaledToZero = "ScaledToZero"
+	// ReasonProgressing: children are being created or updated.
+	ReasonProgressing = "Progressing"
+	// ReasonUnschedulable: no node can take a replica (e.g. no node with an accepted GPU).
+	ReasonUnschedulable = "Unschedulable"
+	// ReasonPodsPending: pods exist but are not yet scheduled or started.
+	ReasonPodsPending = "PodsPending"
+	// ReasonLoading: the model loader is downloading the weights.
+	ReasonLoading = "Loading"
+	// ReasonEngineStarting: the model is loaded and the engine is warming up.
+	ReasonEngineStarting = "EngineStarting"
+	// ReasonEngineCrashLooping: the engine container keeps exiting.
+	ReasonEngineCrashLooping = "EngineCrashLooping"
+	// ReasonRetryingLoad: a load failed and will be retried after a back-off.
+	ReasonRetryingLoad = "RetryingLoad"
+	// ReasonLoadFailed: a load failed permanently (see LastFailure for the loader's reason).
+	ReasonLoadFailed = "LoadFailed"
+	// ReasonRetriesExhausted: loads kept failing past loading.maxRetries.
+	ReasonRetriesExhausted = "RetriesExhausted"
+	// ReasonLoadTimeout: a load ran past loading.timeout.
+	ReasonLoadTimeout = "LoadTimeout"
+	// ReasonModelLoaded: a replica holds the complete, verified model.
+	ReasonModelLoaded = "ModelLoaded"
+	// ReasonNotLoaded: no replica has finished loading yet.
+	ReasonNotLoaded = "NotLoaded"
+	// ReasonMinimumReplicasAvailable: at least one replica serves traffic.
+	ReasonMinimumReplicasAvailable = "MinimumReplicasAvailable"
+	// ReasonNoReadyReplicas: no replica serves traffic.
+	ReasonNoReadyReplicas = "NoReadyReplicas"
+	// ReasonSecretNotFound: a referenced Secret does not exist.
+	ReasonSecretNotFound = "SecretNotFound"
+	// ReasonSecretKeyMissing: a referenced Secret lacks a referenced key.
+	ReasonSecretKeyMissing = "SecretKeyMissing"
+	// ReasonPVCNotFound: a referenced PersistentVolumeClaim does not exist.
+	ReasonPVCNotFound = "PVCNotFound"
+)

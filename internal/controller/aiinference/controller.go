@@ -1,0 +1,192 @@
+// Package aiinference holds the AIInference controller: it turns one AIInference
+// into a loader ConfigMap, a Deployment whose init container pre-loads the model,
+// a Service that only routes to ready pods (and optionally a cache PVC), and
+// reports in status what it observed.
+package aiinference
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/engine"
+)
+
+// FieldOwner is the server-side apply field manager of the operator.
+const FieldOwner = "aiinference-operator"
+
+// waitingRequeue is how often an object that waits on something the operator does
+// not watch (a Secret or PVC a user has yet to create) is looked at again.
+const waitingRequeue = 30 * time.Second
+
+// Reconciler reconciles AIInference objects.
+type Reconciler struct {
+	client.Client
+	// APIReader reads objects the cache does not hold (users' Secrets and PVCs).
+	APIReader client.Reader
+	Scheme    *runtime.Scheme
+	Recorder  recorder.EventRecorder
+	Options   Options
+	// Now is the clock; tests may replace it.
+	Now func() time.Time
+}
+
+// scope is what one reconcile pass knows. Each field says which phase sets it.
+type scope struct {
+	// obj is the AIInference being reconciled; set before the phases run.
+	obj *servingv1.AIInference
+	// now is the time of this pass; set before the phases run.
+	now time.Time
+	// engine is the model server's knowledge; set before the phases run.
+	engine engine.Engine
+	// configHash is the hash of the loader ConfigMap; set by reconcileConfigMap.
+	configHash string
+	// templateHash identifies pods of the desired template; set by reconcileDeployment.
+	templateHash string
+	// obs collects the observations the status is derived from; filled by every phase.
+	obs observation
+}
+
+type phaseFunc func(ctx context.Context, s *scope) (ctrl.Result, error)
+
+// +kubebuilder:rbac:groups=serving.aiinference.io,resources=aiinferences,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=serving.aiinference.io,resources=aiinferences/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=services;configmaps;persistentvolumeclaims,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile brings the children of one AIInference in line with its spec and
+// writes what it observed to its status.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+	obj := &servingv1.AIInference{}
+	if err := r.Get(ctx, req.NamespacedName, obj); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !obj.DeletionTimestamp.IsZero() {
+		// Children carry owner references; the garbage collector removes them.
+		return ctrl.Result{}, nil
+	}
+	eng, err := engine.For(obj.Spec.Engine.Type)
+	if err != nil {
+		// Admission only admits known engines; an unknown one cannot be fixed by retrying.
+		return ctrl.Result{}, reconcile.TerminalError(err)
+	}
+	s := &scope{obj: obj, now: r.Now(), engine: eng}
+
+	defer func() {
+		if err := r.patchStatus(ctx, s); err != nil {
+			retErr = kerrors.NewAggregate([]error{retErr, err})
+		}
+	}()
+
+	phases := []phaseFunc{
+		r.checkReferences,
+		r.reconcileConfigMap,
+		r.reconcileCachePVC,
+		r.reconcileDeployment,
+		r.reconcileService,
+		r.reconcilePods,
+	}
+	var errs []error
+	for _, phase := range phases {
+		res, err := phase(ctx, s)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		result = lowestRequeue(result, res)
+	}
+	return result, kerrors.NewAggregate(errs)
+}
+
+// lowestRequeue merges two results, keeping the soonest non-zero requeue.
+func lowestRequeue(a, b ctrl.Result) ctrl.Result {
+	switch {
+	case a.RequeueAfter == 0:
+		return b
+	case b.RequeueAfter == 0 || a.RequeueAfter < b.RequeueAfter:
+		return a
+	}
+	return b
+}
+
+// patchStatus derives the status from this pass's observations and writes it only
+// when it changed, with an event when the Ready reason changes.
+func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
+	obj := s.obj
+	status := computeStatus(obj, s.obs)
+	if equality.Semantic.DeepEqual(obj.Status, status) {
+		return nil
+	}
+	before := meta.FindStatusCondition(obj.Status.Conditions, servingv1.ConditionReady)
+	after := meta.FindStatusCondition(status.Conditions, servingv1.ConditionReady)
+
+	original := obj.DeepCopy()
+	obj.Status = status
+	if err := r.Status().Patch(ctx, obj, client.MergeFrom(original)); err != nil {
+		if errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return client.IgnoreNotFound(err)
+	}
+	if after != nil && (before == nil || before.Reason != after.Reason) {
+		eventType := corev1.EventTypeNormal
+		if warningReasons[after.Reason] {
+			eventType = corev1.EventTypeWarning
+		}
+		r.Recorder.Eventf(obj, nil, eventType, after.Reason, "Reconcile", "%s", after.Message)
+	}
+	return nil
+}
+
+// warningReasons are the Ready reasons that need a person's attention.
+var warningReasons = map[string]bool{
+	servingv1.ReasonLoadFailed:         true,
+	servingv1.ReasonRetriesExhausted:   true,
+	servingv1.ReasonRetryingLoad:       true,
+	servingv1.ReasonEngineCrashLooping: true,
+	servingv1.ReasonUnschedulable:      true,
+	servingv1.ReasonSecretNotFound:     true,
+	servingv1.ReasonSecretKeyMissing:   true,
+	servingv1.ReasonPVCNotFound:        true,
+}
+
+// SetupWithManager registers the controller. Pods are watched through the label
+// their template carries, since their owner is a ReplicaSet, not the AIInference.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&servingv1.AIInference{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&corev1.PersistentVolumeClaim{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToInference)).
+		Named("aiinference").
+		Complete(r)
+}
+
+func podToInference(_ context.Context, obj client.Object) []reconcile.Request {
+	name, ok := obj.GetLabels()[LabelInference]
+	if !ok {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
+}

@@ -1,0 +1,545 @@
+package aiinference
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/engine"
+	"github.com/aiinference/operator/internal/loadspec"
+)
+
+// Labels and annotations the operator puts on its children.
+const (
+	LabelName      = "app.kubernetes.io/name"
+	LabelInstance  = "app.kubernetes.io/instance"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// LabelInference names the AIInference a pod or child belongs to.
+	LabelInference = "serving.aiinference.io/inference"
+	// ManagedByValue marks every child; the operator's cache only holds objects with it.
+	ManagedByValue = "aiinference-operator"
+
+	// AnnotationSpecHash on a child is the hash of what the operator last applied,
+	// so that an unchanged child is not written again.
+	AnnotationSpecHash = "serving.aiinference.io/spec-hash"
+	// AnnotationTemplateHash on a pod is the hash of its template, which tells pods
+	// of the current spec from those of an earlier one during a rollout.
+	AnnotationTemplateHash = "serving.aiinference.io/template-hash"
+
+	// GPUResource is the extended resource of NVIDIA GPUs.
+	GPUResource corev1.ResourceName = "nvidia.com/gpu"
+	// GPUProductLabel is the node label naming the GPU product (set by GPU feature discovery).
+	GPUProductLabel = "nvidia.com/gpu.product"
+
+	// LoaderContainerName is the init container that downloads the model.
+	LoaderContainerName = "model-loader"
+	// EngineContainerName is the model server container.
+	EngineContainerName = "engine"
+
+	cacheVolume        = "model-cache"
+	configVolume       = "loader-config"
+	sourceVolume       = "model-source"
+	shmVolume          = "dshm"
+	cacheMountPath     = "/models"
+	sourceMountPath    = "/mnt/model-source"
+	probePeriodSeconds = 10
+)
+
+// Defaults for fields the user left out. The CRD defaults them too; these cover
+// objects that were stored before a default existed.
+const (
+	DefaultLoadTimeout = 30 * time.Minute
+	DefaultMaxRetries  = 3
+	DefaultBackoff     = 30 * time.Second
+	// smallModelMaxSize is the largest model put in an in-memory cache when the user
+	// did not choose a cache.
+	smallModelMaxSize = 2 << 30
+)
+
+// loaderUID is the non-root user the loader runs as (the distroless "nonroot" user).
+const loaderUID = 65532
+
+// Options are the operator-wide settings that shape children.
+type Options struct {
+	// LoaderImage is the model loader's image.
+	LoaderImage string
+}
+
+// selectorLabels select the pods of one AIInference.
+func selectorLabels(obj *servingv1.AIInference) map[string]string {
+	return map[string]string{
+		LabelName:      "aiinference",
+		LabelInstance:  obj.Name,
+		LabelInference: obj.Name,
+	}
+}
+
+// childLabels go on every child: the selector labels plus the managed-by mark.
+func childLabels(obj *servingv1.AIInference) map[string]string {
+	labels := selectorLabels(obj)
+	labels[LabelManagedBy] = ManagedByValue
+	return labels
+}
+
+func childMeta(obj *servingv1.AIInference, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: obj.Namespace, Labels: childLabels(obj)}
+}
+
+// Child names are deterministic so a restarted operator finds what it made.
+func configMapName(obj *servingv1.AIInference) string { return obj.Name + "-loader" }
+func cachePVCName(obj *servingv1.AIInference) string  { return obj.Name + "-model-cache" }
+
+// replicas is the desired replica count.
+func replicas(obj *servingv1.AIInference) int32 { return ptr.Deref(obj.Spec.Replicas, 1) }
+
+// loadTimeout, maxRetries and backoff read the loading bounds with their defaults.
+func loadTimeout(obj *servingv1.AIInference) time.Duration {
+	if t := obj.Spec.Loading.Timeout; t != nil && t.Duration > 0 {
+		return t.Duration
+	}
+	return DefaultLoadTimeout
+}
+
+func maxRetries(obj *servingv1.AIInference) int32 {
+	return ptr.Deref(obj.Spec.Loading.MaxRetries, DefaultMaxRetries)
+}
+
+func backoff(obj *servingv1.AIInference) time.Duration {
+	if b := obj.Spec.Loading.Backoff; b != nil && b.Duration > 0 {
+		return b.Duration
+	}
+	return DefaultBackoff
+}
+
+// retryDelay is the wait before retry number n (0-based): the back-off doubled per
+// earlier retry, capped at ten minutes.
+func retryDelay(obj *servingv1.AIInference, n int32) time.Duration {
+	const maxDelay = 10 * time.Minute
+	d := backoff(obj)
+	for i := int32(0); i < n && d < maxDelay; i++ {
+		d *= 2
+	}
+	return min(d, maxDelay)
+}
+
+// resolvedCache is the cache the pods use: the user's, or one chosen from the model size.
+func resolvedCache(obj *servingv1.AIInference) servingv1.CacheSpec {
+	if obj.Spec.Cache != nil {
+		return *obj.Spec.Cache
+	}
+	size := obj.Spec.Model.Size
+	if size != nil && size.Value() <= smallModelMaxSize {
+		return servingv1.CacheSpec{Type: servingv1.CacheMemory}
+	}
+	return servingv1.CacheSpec{Type: servingv1.CacheDisk}
+}
+
+// emptyDirLimit is the size limit of an emptyDir cache: the user's, or the model size
+// plus 10% headroom; nil when nothing is known.
+func emptyDirLimit(obj *servingv1.AIInference, cache servingv1.CacheSpec) *resource.Quantity {
+	if cache.SizeLimit != nil {
+		return cache.SizeLimit
+	}
+	if size := obj.Spec.Model.Size; size != nil {
+		return resource.NewQuantity(size.Value()+size.Value()/10, resource.BinarySI)
+	}
+	return nil
+}
+
+var unsafePathChars = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// modelPath is where the complete model sits in the pod. It names the model and
+// revision so that a shared PVC cache can hold several models side by side.
+func modelPath(obj *servingv1.AIInference) string {
+	dir := obj.Spec.Model.Name
+	if rev := obj.Spec.Model.Revision; rev != "" {
+		dir += "@" + rev
+	}
+	return path.Join(cacheMountPath, unsafePathChars.ReplaceAllString(dir, "_"))
+}
+
+// loaderConfig is the configuration the loader reads from the ConfigMap.
+func loaderConfig(obj *servingv1.AIInference) loadspec.Config {
+	cfg := loadspec.Config{
+		Dest:           modelPath(obj),
+		Timeout:        loadspec.Duration{Duration: loadTimeout(obj)},
+		SHA256Manifest: obj.Spec.Model.SHA256Manifest,
+	}
+	src := obj.Spec.Model.Source
+	switch {
+	case src.S3 != nil:
+		cfg.Source = "s3://" + src.S3.Bucket + "/" + strings.TrimPrefix(src.S3.Prefix, "/")
+		cfg.S3 = &loadspec.S3Options{Endpoint: src.S3.Endpoint, Region: src.S3.Region, PathStyle: src.S3.PathStyle}
+	case src.PVC != nil:
+		cfg.Source = "file://" + path.Join(sourceMountPath, src.PVC.Path)
+	case src.HTTP != nil:
+		cfg.Source = src.HTTP.URL
+	}
+	return cfg
+}
+
+// desiredConfigMap holds the loader configuration.
+func desiredConfigMap(obj *servingv1.AIInference) (*corev1.ConfigMap, error) {
+	data, err := json.MarshalIndent(loaderConfig(obj), "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encoding loader config: %w", err)
+	}
+	return &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: childMeta(obj, configMapName(obj)),
+		Data:       map[string]string{loadspec.ConfigFileName: string(data)},
+	}, nil
+}
+
+// desiredCachePVC is the cache claim the operator creates, or nil when the spec does
+// not ask for one.
+func desiredCachePVC(obj *servingv1.AIInference) *corev1.PersistentVolumeClaim {
+	cache := resolvedCache(obj)
+	if cache.Type != servingv1.CachePVC || cache.PVC == nil || cache.PVC.Size == nil {
+		return nil
+	}
+	modes := cache.PVC.AccessModes
+	if len(modes) == 0 {
+		modes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	}
+	return &corev1.PersistentVolumeClaim{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
+		ObjectMeta: childMeta(obj, cachePVCName(obj)),
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      modes,
+			StorageClassName: cache.PVC.StorageClassName,
+			Resources: corev1.VolumeResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceStorage: *cache.PVC.Size},
+			},
+		},
+	}
+}
+
+// desiredService routes to the engine port of ready pods only: endpoints of pods
+// whose readiness probe fails are left out, so the probe is the traffic gate.
+func desiredService(obj *servingv1.AIInference, eng engine.Engine) *corev1.Service {
+	return &corev1.Service{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: childMeta(obj, obj.Name),
+		Spec: corev1.ServiceSpec{
+			Selector: selectorLabels(obj),
+			Ports: []corev1.ServicePort{{
+				Name:       "http",
+				Port:       enginePort(obj, eng),
+				TargetPort: intstr.FromString("http"),
+				Protocol:   corev1.ProtocolTCP,
+			}},
+			PublishNotReadyAddresses: false,
+		},
+	}
+}
+
+func enginePort(obj *servingv1.AIInference, eng engine.Engine) int32 {
+	if obj.Spec.Engine.Port != 0 {
+		return obj.Spec.Engine.Port
+	}
+	return eng.DefaultPort()
+}
+
+// desiredDeployment is the model server: an init container that loads the model
+// into the cache volume, then the engine, gated by probes on its health endpoint.
+// configHash is the hash of the loader ConfigMap, so a changed configuration rolls
+// the pods.
+func desiredDeployment(obj *servingv1.AIInference, eng engine.Engine, opts Options, configHash string) *appsv1.Deployment {
+	template := podTemplate(obj, eng, opts)
+	template.Annotations = map[string]string{AnnotationTemplateHash: hashOf(template, configHash)}
+	return &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: childMeta(obj, obj.Name),
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas(obj)),
+			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(obj)},
+			// A new replica must be ready before an old one goes, so a rollout never
+			// drops serving capacity below the desired count.
+			Strategy: appsv1.DeploymentStrategy{
+				Type: appsv1.RollingUpdateDeploymentStrategyType,
+				RollingUpdate: &appsv1.RollingUpdateDeployment{
+					MaxUnavailable: ptr.To(intstr.FromInt32(0)),
+					MaxSurge:       ptr.To(intstr.FromInt32(1)),
+				},
+			},
+			RevisionHistoryLimit: ptr.To[int32](3),
+			Template:             template,
+		},
+	}
+}
+
+// podTemplateHash is the template hash of the desired Deployment's pods.
+func podTemplateHash(d *appsv1.Deployment) string {
+	return d.Spec.Template.Annotations[AnnotationTemplateHash]
+}
+
+func podTemplate(obj *servingv1.AIInference, eng engine.Engine, opts Options) corev1.PodTemplateSpec {
+	spec := obj.Spec
+	tolerations := append([]corev1.Toleration(nil), spec.Tolerations...)
+	if spec.GPU.Count > 0 {
+		tolerations = append([]corev1.Toleration{{
+			Key: string(GPUResource), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule,
+		}}, tolerations...)
+	}
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: childLabels(obj)},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: spec.ServiceAccountName,
+			ImagePullSecrets:   spec.ImagePullSecrets,
+			NodeSelector:       spec.NodeSelector,
+			Tolerations:        tolerations,
+			Affinity:           gpuAffinity(spec.GPU),
+			SecurityContext: &corev1.PodSecurityContext{
+				FSGroup:             ptr.To[int64](loaderUID),
+				FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
+				SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			InitContainers: []corev1.Container{loaderContainer(obj, opts)},
+			Containers:     []corev1.Container{engineContainer(obj, eng)},
+			Volumes:        volumes(obj),
+		},
+	}
+}
+
+// gpuAffinity requires a node with one of the accepted products and prefers them in
+// the order given, so the first product is used while it has room.
+func gpuAffinity(gpu servingv1.GPUSpec) *corev1.Affinity {
+	if gpu.Count == 0 || len(gpu.Products) == 0 {
+		return nil
+	}
+	var preferred []corev1.PreferredSchedulingTerm
+	for i, product := range gpu.Products {
+		preferred = append(preferred, corev1.PreferredSchedulingTerm{
+			Weight: int32(max(100-10*i, 1)),
+			Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: GPUProductLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{product},
+			}}},
+		})
+	}
+	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: GPUProductLabel, Operator: corev1.NodeSelectorOpIn, Values: gpu.Products,
+			}}}},
+		},
+		PreferredDuringSchedulingIgnoredDuringExecution: preferred,
+	}}
+}
+
+// restrictedSecurityContext passes the Pod Security "restricted" profile.
+func restrictedSecurityContext() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		RunAsNonRoot:             ptr.To(true),
+		RunAsUser:                ptr.To[int64](loaderUID),
+		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+func loaderContainer(obj *servingv1.AIInference, opts Options) corev1.Container {
+	mounts := []corev1.VolumeMount{
+		{Name: cacheVolume, MountPath: cacheMountPath},
+		{Name: configVolume, MountPath: loadspec.ConfigMountDir, ReadOnly: true},
+	}
+	if obj.Spec.Model.Source.PVC != nil {
+		mounts = append(mounts, corev1.VolumeMount{Name: sourceVolume, MountPath: sourceMountPath, ReadOnly: true})
+	}
+	return corev1.Container{
+		Name:            LoaderContainerName,
+		Image:           opts.LoaderImage,
+		Args:            []string{"--config", path.Join(loadspec.ConfigMountDir, loadspec.ConfigFileName)},
+		Env:             loaderEnv(obj),
+		VolumeMounts:    mounts,
+		SecurityContext: restrictedSecurityContext(),
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
+		},
+		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+	}
+}
+
+// loaderEnv passes credentials from Secrets, never inline.
+func loaderEnv(obj *servingv1.AIInference) []corev1.EnvVar {
+	fromSecret := func(env, secret, key string) corev1.EnvVar {
+		return corev1.EnvVar{Name: env, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key,
+		}}}
+	}
+	src := obj.Spec.Model.Source
+	switch {
+	case src.S3 != nil && src.S3.CredentialsSecretRef != nil:
+		ref := src.S3.CredentialsSecretRef
+		return []corev1.EnvVar{
+			fromSecret(loadspec.EnvAccessKeyID, ref.Name, accessKeyIDKey(ref)),
+			fromSecret(loadspec.EnvSecretAccessKey, ref.Name, secretAccessKeyKey(ref)),
+		}
+	case src.HTTP != nil && src.HTTP.BearerTokenSecretRef != nil:
+		ref := src.HTTP.BearerTokenSecretRef
+		return []corev1.EnvVar{fromSecret(loadspec.EnvHTTPBearerToken, ref.Name, ref.Key)}
+	}
+	return nil
+}
+
+func accessKeyIDKey(ref *servingv1.S3CredentialsSecretRef) string {
+	if ref.AccessKeyIDKey != "" {
+		return ref.AccessKeyIDKey
+	}
+	return loadspec.EnvAccessKeyID
+}
+
+func secretAccessKeyKey(ref *servingv1.S3CredentialsSecretRef) string {
+	if ref.SecretAccessKeyKey != "" {
+		return ref.SecretAccessKeyKey
+	}
+	return loadspec.EnvSecretAccessKey
+}
+
+func engineContainer(obj *servingv1.AIInference, eng engine.Engine) corev1.Container {
+	spec := obj.Spec
+	port := enginePort(obj, eng)
+	image := spec.Engine.Image
+	if image == "" {
+		image = eng.DefaultImage()
+	}
+	args := eng.Args(engine.Params{
+		ModelPath:      modelPath(obj),
+		ServedName:     spec.Model.Name,
+		Port:           port,
+		TensorParallel: max(spec.GPU.Count, 1),
+	})
+	args = append(args, spec.Engine.Args...)
+
+	resources := *spec.Resources.DeepCopy()
+	if spec.GPU.Count > 0 {
+		gpus := *resource.NewQuantity(int64(spec.GPU.Count), resource.DecimalSI)
+		if resources.Limits == nil {
+			resources.Limits = corev1.ResourceList{}
+		}
+		resources.Limits[GPUResource] = gpus
+		if resources.Requests != nil {
+			resources.Requests[GPUResource] = gpus
+		}
+	}
+
+	mounts := []corev1.VolumeMount{{Name: cacheVolume, MountPath: cacheMountPath, ReadOnly: true}}
+	if spec.GPU.Count > 1 {
+		mounts = append(mounts, corev1.VolumeMount{Name: shmVolume, MountPath: "/dev/shm"})
+	}
+
+	probe := func(path string, failures int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("http")}},
+			PeriodSeconds:    probePeriodSeconds,
+			TimeoutSeconds:   5,
+			FailureThreshold: failures,
+		}
+	}
+	readiness := probe(eng.ReadinessPath(), 3)
+	readiness.PeriodSeconds = 5
+	return corev1.Container{
+		Name:    EngineContainerName,
+		Image:   image,
+		Command: eng.Command(),
+		Args:    args,
+		Env:     spec.Engine.Env,
+		Ports:   []corev1.ContainerPort{{Name: "http", ContainerPort: port, Protocol: corev1.ProtocolTCP}},
+		// The startup probe gives the engine the whole loading budget to warm up;
+		// liveness only starts counting once it has succeeded.
+		StartupProbe:             probe(eng.ReadinessPath(), startupFailureThreshold(loadTimeout(obj))),
+		ReadinessProbe:           readiness,
+		LivenessProbe:            probe(eng.LivenessPath(), 3),
+		Resources:                resources,
+		VolumeMounts:             mounts,
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+	}
+}
+
+// startupFailureThreshold turns the loading timeout into probe failures.
+func startupFailureThreshold(timeout time.Duration) int32 {
+	return int32(max(math.Ceil(timeout.Seconds()/probePeriodSeconds), 1))
+}
+
+func volumes(obj *servingv1.AIInference) []corev1.Volume {
+	cache := resolvedCache(obj)
+	var cacheSource corev1.VolumeSource
+	switch cache.Type {
+	case servingv1.CacheMemory:
+		cacheSource.EmptyDir = &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: emptyDirLimit(obj, cache)}
+	case servingv1.CachePVC:
+		claim := cache.PVC.ClaimName
+		if claim == "" {
+			claim = cachePVCName(obj)
+		}
+		cacheSource.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}
+	default:
+		cacheSource.EmptyDir = &corev1.EmptyDirVolumeSource{SizeLimit: emptyDirLimit(obj, cache)}
+	}
+	vols := []corev1.Volume{
+		{Name: cacheVolume, VolumeSource: cacheSource},
+		{Name: configVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: configMapName(obj)},
+		}}},
+	}
+	if src := obj.Spec.Model.Source.PVC; src != nil {
+		vols = append(vols, corev1.Volume{Name: sourceVolume, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: src.ClaimName, ReadOnly: true},
+		}})
+	}
+	if obj.Spec.GPU.Count > 1 {
+		// Tensor parallelism exchanges data through shared memory; the default 64Mi is too small.
+		vols = append(vols, corev1.Volume{Name: shmVolume, VolumeSource: corev1.VolumeSource{
+			EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory},
+		}})
+	}
+	return vols
+}
+
+// hashOf is a short, stable hash of values encoded as JSON.
+func hashOf(values ...any) string {
+	h := sha256.New()
+	for _, v := range values {
+		b, err := json.Marshal(v)
+		if err != nil {
+			// Only plain API structs are hashed; they always encode.
+			panic(fmt.Sprintf("hashing %T: %v", v, err))
+		}
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// gpuSummary is the GPU column of `kubectl get aii`.
+func gpuSummary(gpu servingv1.GPUSpec) string {
+	switch {
+	case gpu.Count == 0:
+		return "none"
+	case len(gpu.Products) == 0:
+		return fmt.Sprintf("%dx any", gpu.Count)
+	case len(gpu.Products) == 1:
+		return fmt.Sprintf("%dx %s", gpu.Count, gpu.Products[0])
+	default:
+		return fmt.Sprintf("%dx %s (+%d)", gpu.Count, gpu.Products[0], len(gpu.Products)-1)
+	}
+}

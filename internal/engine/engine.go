@@ -1,0 +1,54 @@
+// Package engine holds what the operator knows about each model server: its
+// default image and port, how it is told where the model is, and its health
+// endpoints. One file per engine; the controller only sees the Engine interface.
+package engine
+
+import (
+	"fmt"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+)
+
+// Params are the facts an engine needs to build its command line.
+type Params struct {
+	// ModelPath is the folder holding the complete model inside the pod.
+	ModelPath string
+	// ServedName is the name clients ask for (the AIInference's model name).
+	ServedName string
+	// Port is the HTTP port to listen on.
+	Port int32
+	// TensorParallel is the number of GPUs to shard the model over (at least 1).
+	TensorParallel int32
+}
+
+// Engine is one model server's knowledge.
+type Engine interface {
+	// DefaultImage is used unless the spec overrides it.
+	DefaultImage() string
+	// DefaultPort is used unless the spec overrides it.
+	DefaultPort() int32
+	// Command replaces the image's entrypoint; nil keeps it.
+	Command() []string
+	// Args are the arguments that point the engine at the model; user args follow.
+	Args(p Params) []string
+	// ReadinessPath answers 200 only when the engine can serve requests.
+	ReadinessPath() string
+	// LivenessPath answers 200 while the process is healthy, even if not ready.
+	LivenessPath() string
+}
+
+var engines = map[servingv1.EngineType]Engine{
+	servingv1.EngineVLLM:   vllm{},
+	servingv1.EngineTGI:    tgi{},
+	servingv1.EngineTriton: triton{},
+}
+
+// For returns the engine of a type. Admission only lets known types through, so an
+// unknown one is a programming error reported as such.
+func For(t servingv1.EngineType) (Engine, error) {
+	e, ok := engines[t]
+	if !ok {
+		return nil, fmt.Errorf("unknown engine type %q", t)
+	}
+	return e, nil
+}

@@ -1,0 +1,98 @@
+// Package manager wires the operator: scheme, cache, controllers, health and
+// metrics endpoints, and leader election. cmd/manager and the integration tests
+// both start the operator through it.
+package manager
+
+import (
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/controller/aiinference"
+)
+
+// DefaultLoaderImage is the model loader image the operator puts in every pod.
+const DefaultLoaderImage = "ghcr.io/aiinference/model-loader:v0.1.0"
+
+// Options are the operator's settings, set from flags in cmd/manager.
+type Options struct {
+	MetricsBindAddress     string
+	HealthProbeBindAddress string
+	LeaderElection         bool
+	// LeaderElectionNamespace is where the lease lives; empty means the pod's namespace.
+	LeaderElectionNamespace string
+	LoaderImage             string
+}
+
+// Scheme knows the built-in types and the AIInference API.
+func Scheme() *runtime.Scheme {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(servingv1.AddToScheme(scheme))
+	return scheme
+}
+
+// New builds the manager with every controller registered; Start runs it.
+func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
+	if opts.LoaderImage == "" {
+		opts.LoaderImage = DefaultLoaderImage
+	}
+	scheme := Scheme()
+	// Only children the operator made are cached, not every pod or ConfigMap of the cluster.
+	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{aiinference.LabelManagedBy: aiinference.ManagedByValue})}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsBindAddress},
+		HealthProbeBindAddress:  opts.HealthProbeBindAddress,
+		LeaderElection:          opts.LeaderElection,
+		LeaderElectionID:        "aiinference-operator.serving.aiinference.io",
+		LeaderElectionNamespace: opts.LeaderElectionNamespace,
+		// Hand the lease over at once on a clean shutdown, so a restart does not wait
+		// for the lease to expire.
+		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       ptrTo(30 * time.Second),
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}:                   managed,
+			&corev1.ConfigMap{}:             managed,
+			&corev1.Service{}:               managed,
+			&corev1.PersistentVolumeClaim{}: managed,
+			&appsv1.Deployment{}:            managed,
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	r := &aiinference.Reconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Scheme:    scheme,
+		Recorder:  mgr.GetEventRecorder("aiinference-operator"),
+		Options:   aiinference.Options{LoaderImage: opts.LoaderImage},
+		Now:       time.Now,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the AIInference controller: %w", err)
+	}
+	return mgr, nil
+}
+
+func ptrTo[T any](v T) *T { return &v }
