@@ -41,6 +41,8 @@ var (
 		"AccessDenied": true, "InvalidAccessKeyId": true, "SignatureDoesNotMatch": true,
 		"AllAccessDisabled": true, "InvalidToken": true, "ExpiredToken": true, "Forbidden": true,
 		"AccountProblem": true, "InvalidSecurity": true,
+		// versitygw answers an unknown access key with a 404 of its own.
+		"XAdminUserNotFound": true,
 	}
 	transientCodes = map[string]bool{
 		"SlowDown": true, "Throttling": true, "ThrottlingException": true, "RequestLimitExceeded": true,
