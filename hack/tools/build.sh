@@ -8,6 +8,7 @@
 # Prints the folder of the last group built, e.g. for KUBEBUILDER_ASSETS.
 # AIINFERENCE_CACHE overrides the cache root (default ~/.cache/aiinference-operator).
 set -euo pipefail
+shopt -s inherit_errexit
 
 tools_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache_root=${AIINFERENCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/aiinference-operator}
