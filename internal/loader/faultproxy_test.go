@@ -18,12 +18,12 @@ import (
 type fault int
 
 const (
-	passThrough fault = iota
-	answer503         // 503 SlowDown, as a throttling S3 store answers
-	resetConn         // the connection reset before any response
-	cutBody           // headers and part of the body, then the connection dropped
-	delayHeaders      // the response held back a while, then passed
-	stallBody         // part of the body, then nothing until the client gives up
+	passThrough  fault = iota
+	answer503          // 503 SlowDown, as a throttling S3 store answers
+	resetConn          // the connection reset before any response
+	cutBody            // headers and part of the body, then the connection dropped
+	delayHeaders       // the response held back a while, then passed
+	stallBody          // part of the body, then nothing until the client gives up
 )
 
 // faultProxy is a reverse proxy on loopback between the loader and the S3 server

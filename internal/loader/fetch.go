@@ -289,8 +289,6 @@ func (l *run) fetchPartOnce(ctx context.Context, t *fileTask, f *os.File, p part
 		return partResult{}, 0, stalled(err)
 	}
 	defer body.Close()
-	buf := <-l.bufs
-	defer func() { l.bufs <- buf }()
 
 	var whole hash.Hash
 	if t.stream {
@@ -300,23 +298,32 @@ func (l *run) fetchPartOnce(ctx context.Context, t *fileTask, f *os.File, p part
 	if t.obj.UploadPartSize > 0 {
 		up = newUploadHasher(t.obj.UploadPartSize, t.obj.Size, p.Off)
 	}
+	// Buffers go to the writer pool as they fill, and this goroutine goes on
+	// reading: the network is never kept waiting by the disk, and only a few
+	// goroutines write (see writer).
+	w := &writeBatch{}
+	defer w.wait()
 	var got int64
 	for got < p.Len {
+		buf := <-l.bufs
 		want := min(int64(len(buf)), p.Len-got)
 		n, rerr := readFull(body, buf[:want], func() { watchdog.Reset(stall) })
 		if n > 0 {
-			if _, err := f.WriteAt(buf[:n], p.Off+got); err != nil {
-				return partResult{}, got, fileErr(t.obj.Path, err)
-			}
 			if whole != nil {
 				whole.Write(buf[:n])
 			}
 			if up != nil {
 				up.write(buf[:n])
 			}
+			w.add(l.writes, writeReq{f: f, path: t.obj.Path, buf: buf, n: n, off: p.Off + got})
 			got += int64(n)
 			l.fetched.Add(int64(n))
 			l.present.Add(int64(n))
+		} else {
+			l.bufs <- buf
+		}
+		if err := w.failed(); err != nil {
+			return partResult{}, got, err
 		}
 		if rerr != nil {
 			if rerr == io.EOF {
@@ -327,6 +334,9 @@ func (l *run) fetchPartOnce(ctx context.Context, t *fileTask, f *os.File, p part
 			}
 			return partResult{}, got, stalled(rerr)
 		}
+	}
+	if err := w.wait(); err != nil {
+		return partResult{}, got, err
 	}
 	var res partResult
 	if whole != nil {
@@ -623,4 +633,65 @@ func (l *run) hashRange(ctx context.Context, f *os.File, h hash.Hash, from, to i
 		}
 	}
 	return nil
+}
+
+// writeReq is one filled buffer to write at off; the writer returns buf to the pool.
+type writeReq struct {
+	f     *os.File
+	path  string
+	buf   []byte
+	n     int
+	off   int64
+	batch *writeBatch
+}
+
+// writeBatch tracks the writes of one part attempt.
+type writeBatch struct {
+	wg  sync.WaitGroup
+	mu  sync.Mutex
+	err error
+}
+
+func (b *writeBatch) add(writes chan<- writeReq, w writeReq) {
+	b.wg.Add(1)
+	w.batch = b
+	writes <- w
+}
+
+func (b *writeBatch) done(err error) {
+	if err != nil {
+		b.mu.Lock()
+		if b.err == nil {
+			b.err = err
+		}
+		b.mu.Unlock()
+	}
+	b.wg.Done()
+}
+
+func (b *writeBatch) failed() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+// wait blocks until every write of the batch is done, and returns the first error.
+func (b *writeBatch) wait() error {
+	b.wg.Wait()
+	return b.failed()
+}
+
+// writer serves writes from the pool's queue. Buffered writes to one file take the
+// file's inode lock, so many goroutines writing the same file spend more time
+// contending than copying (16 writers to one file on ext4 run at a tenth of the
+// speed of two): a couple of writers keep up with any network.
+func (l *run) writer() {
+	for w := range l.writes {
+		_, err := w.f.WriteAt(w.buf[:w.n], w.off)
+		l.bufs <- w.buf
+		if err != nil {
+			err = fileErr(w.path, err)
+		}
+		w.batch.done(err)
+	}
 }

@@ -115,7 +115,8 @@ func testOptions(source, dest string) Options {
 			Timeout:       loadspec.Duration{Duration: 2 * time.Minute},
 			StallTimeout:  loadspec.Duration{Duration: 10 * time.Second},
 		},
-		ProgressInterval: time.Second,
+		ProgressInterval:   time.Second,
+		CheckMultipartETag: true,
 	}
 }
 

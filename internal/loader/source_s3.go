@@ -27,6 +27,8 @@ type s3Source struct {
 	bucket string
 	prefix string
 	retry  retryPolicy
+	// checkMultipart: learn the part layout of multipart objects (see Options).
+	checkMultipart bool
 }
 
 // newHTTPTransport is the transport of every network source: enough idle
@@ -86,7 +88,8 @@ func newS3Source(ctx context.Context, su sourceURL, o Options, c credentials) (*
 		so.UsePathStyle = o.S3.PathStyle
 		so.DisableLogOutputChecksumValidationSkipped = true
 	})
-	return &s3Source{client: client, bucket: su.Bucket, prefix: su.Prefix, retry: defaultRetry}, nil
+	return &s3Source{client: client, bucket: su.Bucket, prefix: su.Prefix, retry: defaultRetry,
+		checkMultipart: o.CheckMultipartETag}, nil
 }
 
 func (s *s3Source) List(ctx context.Context) ([]Object, error) {
@@ -170,7 +173,7 @@ func (s *s3Source) describe(ctx context.Context, objs []Object) error {
 			continue
 		}
 		n, ok := multipartETag(o.ETag)
-		if !ok || o.Size == 0 {
+		if !ok || o.Size == 0 || !s.checkMultipart {
 			continue
 		}
 		g.Go(func() error {

@@ -323,3 +323,39 @@ func SameTree(want, got string, skip ...string) (string, error) {
 	})
 	return diff, err
 }
+
+// UploadGenerated uploads size bytes of seeded pseudo-random content as key, made
+// on the fly (nothing on disk): as a multipart upload of partSize parts when the
+// object is larger than that.
+func (s *Server) UploadGenerated(ctx context.Context, bucket, key string, size, partSize int64, seed uint64) error {
+	rng := rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), byte(seed >> 16), byte(seed >> 24), 'g'})
+	buf := make([]byte, min(max(partSize, 1), max(size, 1)))
+	if size <= partSize {
+		rng.Read(buf[:size])
+		_, err := s.Client.PutObject(ctx, &s3.PutObjectInput{Bucket: &bucket, Key: &key,
+			Body: bytes.NewReader(buf[:size]), ContentLength: aws.Int64(size)})
+		return err
+	}
+	up, err := s.Client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &bucket, Key: &key})
+	if err != nil {
+		return err
+	}
+	var parts []types.CompletedPart
+	for n, off := int32(1), int64(0); off < size; n, off = n+1, off+partSize {
+		chunk := buf[:min(partSize, size-off)]
+		rng.Read(chunk)
+		out, err := s.Client.UploadPart(ctx, &s3.UploadPartInput{
+			Bucket: &bucket, Key: &key, UploadId: up.UploadId, PartNumber: aws.Int32(n),
+			Body: bytes.NewReader(chunk), ContentLength: aws.Int64(int64(len(chunk))),
+		})
+		if err != nil {
+			return err
+		}
+		parts = append(parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(n)})
+	}
+	_, err = s.Client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
+		Bucket: &bucket, Key: &key, UploadId: up.UploadId,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
+	})
+	return err
+}

@@ -1,0 +1,236 @@
+// Command bench compares the model loader with rclone on the same local S3 server
+// (versitygw on loopback) in one run: it makes a model-shaped tree of at least 4 GB,
+// mostly large shards, once (cached across runs), downloads it several times with
+// each tool, and prints the median throughput, peak memory and the ratio to the
+// loader. `make bench-loader` runs it.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/aiinference/operator/internal/loader/s3test"
+)
+
+const bucket = "bench"
+
+func main() {
+	shards := flag.Int("shards", 8, "number of large shards")
+	shardMiB := flag.Int64("shard-mib", 512, "size of one shard in MiB")
+	small := flag.Int("small", 100, "number of small files")
+	runs := flag.Int("runs", 3, "downloads per tool")
+	cache := flag.String("cache", defaultCache(), "folder that keeps the S3 server's data between runs")
+	only := flag.String("only", "", "run only the tools whose name contains this")
+	flag.Parse()
+	if err := run(*shards, *shardMiB<<20, *small, *runs, *cache, *only); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func defaultCache() string {
+	if c := os.Getenv("AIINFERENCE_CACHE"); c != "" {
+		return filepath.Join(c, "bench-loader")
+	}
+	if c, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(c, "aiinference-operator", "bench-loader")
+	}
+	return filepath.Join(os.TempDir(), "aiinference-bench-loader")
+}
+
+// tool is one contender: a command line downloading the tree into a folder.
+type tool struct {
+	name string
+	args func(dest string) []string
+	env  []string
+}
+
+func run(shards int, shardSize int64, small, runs int, cache, only string) error {
+	ctx := context.Background()
+	gw, err := s3test.Binary("s3", "versitygw")
+	if err != nil {
+		return err
+	}
+	rclone, err := s3test.Binary("rclone", "rclone")
+	if err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "bench-loader-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	loaderBin := filepath.Join(work, "model-loader")
+	build := exec.Command("go", "build", "-o", loaderBin, "github.com/aiinference/operator/cmd/model-loader")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("building the loader: %w", err)
+	}
+
+	// The tree is made once and kept, keyed by its shape.
+	files := s3test.ModelTree(shards, shardSize, 0, small)
+	var total int64
+	for _, f := range files {
+		total += f.Size
+	}
+	key := fmt.Sprintf("tree-%dx%d-%d", shards, shardSize, small)
+	root := filepath.Join(cache, key)
+	ready := filepath.Join(root, ".ready")
+	if _, err := os.Stat(ready); err != nil {
+		os.RemoveAll(cache) // older shapes go
+		fmt.Printf("Making the %.2f GB tree on the S3 server (first run only)\n", float64(total)/1e9)
+		srv, err := s3test.Start(gw, root, nil)
+		if err != nil {
+			return err
+		}
+		err = func() error {
+			if err := srv.MakeBucket(ctx, bucket); err != nil {
+				return err
+			}
+			for i, f := range files {
+				// Large files as 16 MiB multipart uploads, like common S3 tools do.
+				if err := srv.UploadGenerated(ctx, bucket, "model/"+f.Path, f.Size, 16<<20, uint64(i)); err != nil {
+					return fmt.Errorf("uploading %s: %w", f.Path, err)
+				}
+			}
+			return nil
+		}()
+		srv.Stop()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(ready, nil, 0o644); err != nil {
+			return err
+		}
+	}
+	srv, err := s3test.Start(gw, root, nil)
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+
+	rcloneEnv := []string{
+		"RCLONE_CONFIG=" + filepath.Join(work, "rclone.conf"),
+		"RCLONE_S3_PROVIDER=Other", "RCLONE_S3_ENDPOINT=" + srv.Endpoint, "RCLONE_S3_REGION=us-east-1",
+		"RCLONE_S3_ACCESS_KEY_ID=" + s3test.AccessKey, "RCLONE_S3_SECRET_ACCESS_KEY=" + s3test.SecretKey,
+		"RCLONE_S3_FORCE_PATH_STYLE=true",
+	}
+	rcloneCmd := func(extra ...string) func(string) []string {
+		return func(dest string) []string {
+			return append([]string{rclone, "copy", ":s3:" + bucket + "/model", dest, "-q"}, extra...)
+		}
+	}
+	tools := []tool{
+		{name: "model-loader (defaults)", args: func(dest string) []string {
+			return []string{loaderBin, "--source", "s3://" + bucket + "/model", "--dest", dest,
+				"--endpoint", srv.Endpoint, "--path-style", "--termination-message-path", ""}
+		}, env: []string{"AWS_ACCESS_KEY_ID=" + s3test.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3test.SecretKey, "AWS_EC2_METADATA_DISABLED=true"}},
+		{name: "model-loader (multipart ETags unchecked)", args: func(dest string) []string {
+			return []string{loaderBin, "--source", "s3://" + bucket + "/model", "--dest", dest,
+				"--endpoint", srv.Endpoint, "--path-style", "--termination-message-path", "", "--check-multipart-etag=false"}
+		}, env: []string{"AWS_ACCESS_KEY_ID=" + s3test.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3test.SecretKey, "AWS_EC2_METADATA_DISABLED=true"}},
+		{name: "rclone (defaults)", args: rcloneCmd(), env: rcloneEnv},
+		{name: "rclone (tuned: 16 transfers x 16 streams)", args: rcloneCmd(
+			"--transfers", "16", "--checkers", "16", "--multi-thread-streams", "16", "--multi-thread-cutoff", "32M",
+			"--multi-thread-chunk-size", "16M", "--buffer-size", "16M"), env: rcloneEnv},
+		{name: "rclone (tuned: 4 transfers x 8 streams)", args: rcloneCmd(
+			"--transfers", "4", "--multi-thread-streams", "8", "--multi-thread-cutoff", "32M",
+			"--multi-thread-chunk-size", "32M", "--buffer-size", "32M"), env: rcloneEnv},
+	}
+
+	fmt.Printf("Tree: %d files, %.2f GB (%d shards of %d MiB); %d runs each; server %s\n",
+		len(files), float64(total)/1e9, shards, shardSize>>20, runs, srv.Endpoint)
+	type result struct {
+		name   string
+		rates  []float64
+		peakKB int64
+	}
+	var results []*result
+	var chosen []tool
+	for _, tl := range tools {
+		if only == "" || strings.Contains(tl.name, only) {
+			chosen = append(chosen, tl)
+			results = append(results, &result{name: tl.name})
+		}
+	}
+	// Rounds, each tool once per round: a machine whose load changes over the run
+	// weighs on every tool alike.
+	for i := range runs {
+		for k, tl := range chosen {
+			r := results[k]
+			dest := filepath.Join(work, "dest")
+			os.RemoveAll(dest)
+			syscall.Sync() // earlier runs' writeback must not slow this one
+			args := tl.args(dest)
+			cmd := exec.Command(args[0], args[1:]...)
+			cmd.Env = append(os.Environ(), tl.env...)
+			out := &strings.Builder{}
+			cmd.Stdout, cmd.Stderr = out, out
+			start := time.Now()
+			err := cmd.Run()
+			secs := time.Since(start).Seconds()
+			if err != nil {
+				return fmt.Errorf("%s: %v\n%s", tl.name, err, out.String())
+			}
+			got, err := treeSize(dest)
+			if err != nil || got != total {
+				return fmt.Errorf("%s fetched %d bytes, want %d (%v)", tl.name, got, total, err)
+			}
+			rate := float64(total) / 1e6 / secs
+			rss := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
+			r.rates = append(r.rates, rate)
+			r.peakKB = max(r.peakKB, rss)
+			fmt.Printf("  round %d  %-45s %7.1f MB/s in %5.1fs, peak RSS %4d MiB\n", i+1, tl.name, rate, secs, rss>>10)
+			os.RemoveAll(dest)
+		}
+	}
+
+	median := func(v []float64) float64 {
+		s := append([]float64(nil), v...)
+		sort.Float64s(s)
+		if len(s)%2 == 1 {
+			return s[len(s)/2]
+		}
+		return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	if len(results) == 0 {
+		return nil
+	}
+	base := median(results[0].rates)
+	fmt.Println()
+	fmt.Printf("%-45s %12s %14s %16s\n", "tool", "median MB/s", "peak RSS MiB", "loader / tool")
+	for _, r := range results {
+		m := median(r.rates)
+		fmt.Printf("%-45s %12.1f %14d %15.2fx\n", r.name, m, r.peakKB>>10, base/m)
+	}
+	return nil
+}
+
+// treeSize adds up the sizes of the files under dir, the loader's marker and work
+// folder aside.
+func treeSize(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() && !strings.HasPrefix(d.Name(), ".model-") {
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			n += fi.Size()
+		}
+		return nil
+	})
+	return n, err
+}
