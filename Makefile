@@ -63,3 +63,9 @@ cluster-up: ## Start the local cluster with simulated GPU nodes in the backgroun
 .PHONY: cluster-down
 cluster-down: ## Stop the local cluster and remove its files
 	go run ./cmd/localcluster down
+
+##@ Loader
+
+.PHONY: bench-loader
+bench-loader: ## Benchmark the model loader against rclone on a local S3 server (>= 4 GB tree, cached)
+	go run ./internal/loader/bench $(BENCH_LOADER_ARGS)
