@@ -1,0 +1,490 @@
+package aiinference_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/controller/aiinference"
+	"github.com/aiinference/operator/internal/loadspec"
+)
+
+const waitTimeout = 20 * time.Second
+
+func newInference(ns, name string) *servingv1.AIInference {
+	return &servingv1.AIInference{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: servingv1.AIInferenceSpec{
+			Model: servingv1.ModelSpec{
+				Name: "llama-3.1-8b",
+				Size: ptr.To(resource.MustParse("16Gi")),
+				Source: servingv1.ModelSource{S3: &servingv1.S3Source{
+					Bucket: "models", Prefix: "llama-3.1-8b/", Endpoint: "http://minio.storage:9000", PathStyle: true,
+					CredentialsSecretRef: &servingv1.S3CredentialsSecretRef{Name: "s3-creds"},
+				}},
+			},
+			Engine:   servingv1.EngineSpec{Type: servingv1.EngineVLLM},
+			GPU:      servingv1.GPUSpec{Count: 2, Products: []string{"NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"}},
+			Replicas: ptr.To[int32](1),
+			Loading: servingv1.LoadingSpec{
+				MaxRetries: ptr.To[int32](2),
+				Backoff:    &metav1.Duration{Duration: time.Second},
+			},
+		},
+	}
+}
+
+func createS3Secret(t *testing.T, ns string) {
+	t.Helper()
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-creds"},
+		StringData: map[string]string{"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret"},
+	}
+	if err := k8s.Create(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func getDeployment(g Gomega, key client.ObjectKey) *appsv1.Deployment {
+	d := &appsv1.Deployment{}
+	g.Eventually(func() error { return k8s.Get(context.Background(), key, d) }).WithTimeout(waitTimeout).Should(Succeed())
+	return d
+}
+
+func TestChildrenHaveTheRightShape(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	createS3Secret(t, ns)
+	obj := newInference(ns, "shape")
+	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
+	key := client.ObjectKeyFromObject(obj)
+
+	d := getDeployment(g, key)
+	cm := &corev1.ConfigMap{}
+	svc := &corev1.Service{}
+	g.Eventually(func() error { return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shape-loader"}, cm) }).WithTimeout(waitTimeout).Should(Succeed())
+	g.Eventually(func() error { return k8s.Get(ctx, key, svc) }).WithTimeout(waitTimeout).Should(Succeed())
+
+	for _, child := range []client.Object{d, cm, svc} {
+		ref := metav1.GetControllerOf(child)
+		g.Expect(ref).NotTo(BeNil(), "%T has no controller reference", child)
+		g.Expect(ref.Kind).To(Equal("AIInference"))
+		g.Expect(ref.Name).To(Equal("shape"))
+		g.Expect(*ref.BlockOwnerDeletion).To(BeTrue())
+	}
+
+	var cfg loadspec.Config
+	g.Expect(json.Unmarshal([]byte(cm.Data[loadspec.ConfigFileName]), &cfg)).To(Succeed())
+	g.Expect(cfg.Source).To(Equal("s3://models/llama-3.1-8b/"))
+	g.Expect(cfg.S3.Endpoint).To(Equal("http://minio.storage:9000"))
+	g.Expect(cfg.S3.PathStyle).To(BeTrue())
+	g.Expect(cfg.Dest).To(Equal("/models/llama-3.1-8b"))
+
+	pod := d.Spec.Template.Spec
+	g.Expect(pod.InitContainers).To(HaveLen(1))
+	loader := pod.InitContainers[0]
+	g.Expect(loader.Image).To(Equal("example.test/model-loader:test"))
+	g.Expect(loader.Env).To(ContainElement(HaveField("ValueFrom.SecretKeyRef.Name", "s3-creds")))
+	g.Expect(*loader.SecurityContext.ReadOnlyRootFilesystem).To(BeTrue())
+	g.Expect(*loader.SecurityContext.RunAsNonRoot).To(BeTrue())
+
+	eng := pod.Containers[0]
+	g.Expect(eng.Args).To(ContainElements("--model", "/models/llama-3.1-8b", "--tensor-parallel-size", "2"))
+	g.Expect(eng.Resources.Limits[aiinference.GPUResource]).To(Equal(resource.MustParse("2")))
+	g.Expect(eng.StartupProbe.HTTPGet.Path).To(Equal("/health"))
+	g.Expect(eng.StartupProbe.FailureThreshold).To(Equal(int32(180)), "30m default timeout over 10s periods")
+	g.Expect(eng.ReadinessProbe.HTTPGet.Path).To(Equal("/health"))
+
+	required := pod.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0]
+	g.Expect(required.Key).To(Equal(aiinference.GPUProductLabel))
+	g.Expect(required.Values).To(Equal([]string{"NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"}))
+	preferred := pod.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution
+	g.Expect(preferred).To(HaveLen(2))
+	g.Expect(preferred[0].Weight).To(BeNumerically(">", preferred[1].Weight))
+	g.Expect(pod.Tolerations).To(ContainElement(HaveField("Key", "nvidia.com/gpu")))
+	g.Expect(pod.Volumes[0].EmptyDir).NotTo(BeNil(), "a 16Gi model without a cache choice gets a disk emptyDir")
+	g.Expect(pod.Volumes[0].EmptyDir.Medium).To(Equal(corev1.StorageMediumDefault))
+
+	g.Expect(svc.Spec.Selector).To(Equal(d.Spec.Selector.MatchLabels))
+	g.Expect(svc.Spec.PublishNotReadyAddresses).To(BeFalse())
+	g.Expect(svc.Spec.Ports[0].Port).To(Equal(int32(8000)))
+
+	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(obj.Status.Phase).To(Equal(servingv1.PhasePending))
+		g.Expect(obj.Status.GPU).To(Equal("2x NVIDIA-H100-80GB-HBM3 (+1)"))
+		g.Expect(obj.Status.Ready).To(Equal("0/1"))
+	})
+}
+
+// podFor makes the pod a ReplicaSet would make for the current template (envtest
+// runs no controllers), optionally bound to a node.
+func podFor(t *testing.T, g *WithT, obj *servingv1.AIInference, name string) *corev1.Pod {
+	t.Helper()
+	d := getDeployment(g, client.ObjectKeyFromObject(obj))
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:   obj.Namespace,
+			Name:        name,
+			Labels:      d.Spec.Template.Labels,
+			Annotations: d.Spec.Template.Annotations,
+		},
+		Spec: d.Spec.Template.Spec,
+	}
+	g.Expect(k8s.Create(context.Background(), pod)).To(Succeed())
+	return pod
+}
+
+func bind(g *WithT, pod *corev1.Pod, node string) {
+	binding := &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
+	}
+	g.Expect(k8s.SubResource("binding").Create(context.Background(), pod, binding)).To(Succeed())
+}
+
+func setPodStatus(g *WithT, pod *corev1.Pod, mutate func(*corev1.PodStatus)) {
+	g.Eventually(func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(pod), pod); err != nil {
+			return err
+		}
+		mutate(&pod.Status)
+		return k8s.Status().Update(context.Background(), pod)
+	}).WithTimeout(waitTimeout).Should(Succeed())
+}
+
+func loaderStatus(state corev1.ContainerState) []corev1.ContainerStatus {
+	return []corev1.ContainerStatus{{Name: aiinference.LoaderContainerName, State: state}}
+}
+
+func loaderExited(code int32, summary loadspec.Summary, finished time.Time) corev1.ContainerState {
+	msg, _ := json.Marshal(summary)
+	return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+		ExitCode: code, Message: string(msg), StartedAt: metav1.NewTime(finished.Add(-time.Minute)), FinishedAt: metav1.NewTime(finished),
+	}}
+}
+
+func setDeploymentStatus(g *WithT, key client.ObjectKey, replicas, ready int32) {
+	g.Eventually(func() error {
+		d := &appsv1.Deployment{}
+		if err := k8s.Get(context.Background(), key, d); err != nil {
+			return err
+		}
+		d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: replicas, UpdatedReplicas: replicas, ReadyReplicas: ready, AvailableReplicas: ready}
+		return k8s.Status().Update(context.Background(), d)
+	}).WithTimeout(waitTimeout).Should(Succeed())
+}
+
+func readyCondition(obj *servingv1.AIInference) metav1.Condition {
+	if c := meta.FindStatusCondition(obj.Status.Conditions, servingv1.ConditionReady); c != nil {
+		return *c
+	}
+	return metav1.Condition{}
+}
+
+func TestPhasesFollowPodsFromPendingToReady(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	createS3Secret(t, ns)
+	obj := newInference(ns, "phases")
+	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
+	key := client.ObjectKeyFromObject(obj)
+
+	pod := podFor(t, g, obj, "phases-pod-1")
+	setPodStatus(g, pod, func(s *corev1.PodStatus) {
+		s.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+			Message: "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."}}
+	})
+	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(obj.Status.Phase).To(Equal(servingv1.PhasePending))
+		g.Expect(readyCondition(obj).Reason).To(Equal(servingv1.ReasonUnschedulable))
+		g.Expect(readyCondition(obj).Message).To(ContainSubstring("Insufficient nvidia.com/gpu"))
+		g.Expect(meta.IsStatusConditionTrue(obj.Status.Conditions, servingv1.ConditionReconciling)).To(BeTrue())
+	})
+
+	bind(g, pod, "gpu-node-1")
+	setPodStatus(g, pod, func(s *corev1.PodStatus) {
+		s.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
+		s.InitContainerStatuses = loaderStatus(corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}})
+	})
+	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(obj.Status.Phase).To(Equal(servingv1.PhaseLoading))
+		g.Expect(readyCondition(obj).Reason).To(Equal(servingv1.ReasonLoading))
+		g.Expect(meta.FindStatusCondition(obj.Status.Conditions, servingv1.ConditionModelLoaded).Reason).To(Equal(servingv1.ReasonLoading))
+	})
+
+	summary := loadspec.Summary{Files: 7, Bytes: 16_000_000_000, BytesFetched: 16_000_000_000, Seconds: 20, ThroughputMBps: 800, Verified: true}
+	setPodStatus(g, pod, func(s *corev1.PodStatus) {
+		s.InitContainerStatuses = loaderStatus(loaderExited(0, summary, time.Now()))
+		s.ContainerStatuses = []corev1.ContainerStatus{{Name: aiinference.EngineContainerName, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	})
+	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(obj.Status.Phase).To(Equal(servingv1.PhaseLoading))
+		g.Expect(readyCondition(obj).Reason).To(Equal(servingv1.ReasonEngineStarting))
+		g.Expect(obj.Status.ModelLoaded).To(BeTrue())
+		g.Expect(obj.Status.LastLoad).NotTo(BeNil())
+		g.Expect(obj.Status.LastLoad.Throughput).To(Equal("800.0 MB/s"))
+		g.Expect(obj.Status.LastLoad.Duration.Duration).To(Equal(20 * time.Second))
+		g.Expect(meta.FindStatusCondition(obj.Status.Conditions, servingv1.ConditionModelLoaded).Message).To(ContainSubstring("7 files (16.0 GB)"))
+	})
+
+	setPodStatus(g, pod, func(s *corev1.PodStatus) { s.ContainerStatuses[0].Ready = true })
+	setDeploymentStatus(g, key, 1, 1)
+	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(obj.Status.Phase).To(Equal(servingv1.PhaseReady))
+		g.Expect(obj.Status.Ready).To(Equal("1/1"))
+		g.Expect(meta.IsStatusConditionTrue(obj.Status.Conditions, servingv1.ConditionReady)).To(BeTrue())
+		g.Expect(meta.IsStatusConditionTrue(obj.Status.Conditions, servingv1.ConditionAvailable)).To(BeTrue())
+		g.Expect(meta.FindStatusCondition(obj.Status.Conditions, servingv1.ConditionReconciling)).To(BeNil())
+		g.Expect(meta.FindStatusCondition(obj.Status.Conditions, servingv1.ConditionStalled)).To(BeNil())
+	})
+
+	// Events carry the same reasons as the Ready condition.
+	g.Eventually(func(g Gomega) {
+		events := &corev1.EventList{}
+		g.Expect(k8s.List(context.Background(), events, client.InNamespace(ns))).To(Succeed())
+		var reasons []string
+		for _, e := range events.Items {
+			reasons = append(reasons, e.Reason)
+		}
+		g.Expect(reasons).To(ContainElements(servingv1.ReasonUnschedulable, servingv1.ReasonLoading, servingv1.ReasonReady))
+	}).WithTimeout(waitTimeout).Should(Succeed())
+}
+
+func TestRetriesStopAtTheBound(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	createS3Secret(t, ns)
+	obj := newInference(ns, "retries")
+	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
+	key := client.ObjectKeyFromObject(obj)
+	transient := loadspec.Summary{Failure: &loadspec.Failure{Reason: loadspec.ReasonTransient, Message: "connection reset by peer", Retryable: true}}
+
+	// maxRetries is 2: two failed pods are replaced, the third failure is final.
+	for attempt := 1; attempt <= 3; attempt++ {
+		pod := podFor(t, g, obj, "retries-pod-"+string(rune('0'+attempt)))
+		bind(g, pod, "gpu-node-1")
+		setPodStatus(g, pod, func(s *corev1.PodStatus) {
+			s.InitContainerStatuses = loaderStatus(loaderExited(loadspec.ExitRetryable, transient, time.Now()))
+		})
+		if attempt <= 2 {
+			// A bound pod waits for its (absent) kubelet to confirm; being deleted is enough.
+			g.Eventually(func() bool {
+				got := &corev1.Pod{}
+				err := k8s.Get(context.Background(), client.ObjectKeyFromObject(pod), got)
+				return apierrors.IsNotFound(err) || got.DeletionTimestamp != nil
+			}).WithTimeout(waitTimeout).Should(BeTrue(), "attempt %d: the failed pod is deleted to retry", attempt)
+			eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+				g.Expect(obj.Status.LoadRetries).To(Equal(int32(attempt)))
+				g.Expect(obj.Status.Phase).NotTo(Equal(servingv1.PhaseFailed))
+				g.Expect(obj.Status.LastFailure.Retried).To(BeTrue())
+			})
+			continue
+		}
+		eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+			g.Expect(obj.Status.Phase).To(Equal(servingv1.PhaseFailed))
+			g.Expect(readyCondition(obj).Reason).To(Equal(servingv1.ReasonRetriesExhausted))
+			g.Expect(meta.IsStatusConditionTrue(obj.Status.Conditions, servingv1.ConditionStalled)).To(BeTrue())
+			g.Expect(obj.Status.LoadRetries).To(Equal(int32(2)))
+			g.Expect(obj.Status.LastFailure.Pod).To(Equal(pod.Name))
+			g.Expect(obj.Status.LastFailure.Message).To(Equal("connection reset by peer"))
+		})
+		// The last failed pod stays for inspection: no further retry.
+		g.Consistently(func() error {
+			return k8s.Get(context.Background(), client.ObjectKeyFromObject(pod), &corev1.Pod{})
+		}).WithTimeout(3 * time.Second).Should(Succeed())
+	}
+
+	// Fixing the spec starts afresh: the retry count resets with the new generation.
+	g.Eventually(func() error {
+		fresh := &servingv1.AIInference{}
+		if err := k8s.Get(context.Background(), key, fresh); err != nil {
+			return err
+		}
+		fresh.Spec.Model.Source.S3.Prefix = "llama-3.1-8b-fixed/"
+		return k8s.Update(context.Background(), fresh)
+	}).WithTimeout(waitTimeout).Should(Succeed())
+	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(obj.Status.LoadRetries).To(BeZero())
+		g.Expect(obj.Status.Phase).NotTo(Equal(servingv1.PhaseFailed))
+	})
+}
+
+func TestPermanentLoadFailureFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	createS3Secret(t, ns)
+	obj := newInference(ns, "corrupt")
+	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
+	pod := podFor(t, g, obj, "corrupt-pod")
+	bind(g, pod, "gpu-node-1")
+	checksum := loadspec.Summary{Failure: &loadspec.Failure{Reason: loadspec.ReasonChecksumMismatch, Message: "model-00001-of-00004.safetensors: sha256 mismatch"}}
+	setPodStatus(g, pod, func(s *corev1.PodStatus) {
+		s.InitContainerStatuses = loaderStatus(loaderExited(loadspec.ExitChecksum, checksum, time.Now()))
+	})
+	eventually(t, g, client.ObjectKeyFromObject(obj), waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(obj.Status.Phase).To(Equal(servingv1.PhaseFailed))
+		g.Expect(readyCondition(obj).Reason).To(Equal(servingv1.ReasonLoadFailed))
+		g.Expect(readyCondition(obj).Message).To(ContainSubstring("model-00001-of-00004.safetensors"))
+		g.Expect(obj.Status.LoadRetries).To(BeZero())
+		g.Expect(obj.Status.LastFailure.Reason).To(Equal(loadspec.ReasonChecksumMismatch))
+		g.Expect(obj.Status.LastFailure.ExitCode).To(Equal(int32(loadspec.ExitChecksum)))
+		g.Expect(obj.Status.LastFailure.Retryable).To(BeFalse())
+	})
+	g.Consistently(func() error {
+		return k8s.Get(context.Background(), client.ObjectKeyFromObject(pod), &corev1.Pod{})
+	}).WithTimeout(2 * time.Second).Should(Succeed(), "a permanent failure is not retried")
+}
+
+func TestMissingReferencesAreReportedAndRecovered(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	obj := newInference(ns, "no-secret")
+	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
+	key := client.ObjectKeyFromObject(obj)
+	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(obj.Status.Phase).To(Equal(servingv1.PhasePending))
+		g.Expect(readyCondition(obj).Reason).To(Equal(servingv1.ReasonSecretNotFound))
+		g.Expect(readyCondition(obj).Message).To(ContainSubstring(`Secret "s3-creds"`))
+		g.Expect(meta.IsStatusConditionTrue(obj.Status.Conditions, servingv1.ConditionStalled)).To(BeTrue())
+	})
+	g.Expect(apierrors.IsNotFound(k8s.Get(context.Background(), key, &appsv1.Deployment{}))).To(BeTrue(),
+		"no Deployment while its pods could not start")
+
+	createS3Secret(t, ns)
+	// Secrets are not watched: the Deployment follows on the next look, within 30s.
+	g.Eventually(func() error { return k8s.Get(context.Background(), key, &appsv1.Deployment{}) }).WithTimeout(40 * time.Second).Should(Succeed())
+	eventually(t, g, key, 40*time.Second, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(meta.FindStatusCondition(obj.Status.Conditions, servingv1.ConditionStalled)).To(BeNil())
+	})
+
+	pvc := newInference(ns, "no-pvc")
+	pvc.Spec.Model.Source = servingv1.ModelSource{PVC: &servingv1.PVCSource{ClaimName: "weights", Path: "llama"}}
+	g.Expect(k8s.Create(context.Background(), pvc)).To(Succeed())
+	eventually(t, g, client.ObjectKeyFromObject(pvc), waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(readyCondition(obj).Reason).To(Equal(servingv1.ReasonPVCNotFound))
+		g.Expect(readyCondition(obj).Message).To(ContainSubstring("spec.model.source.pvc.claimName"))
+	})
+}
+
+func TestUnchangedObjectCausesNoWrites(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	createS3Secret(t, ns)
+	obj := newInference(ns, "quiet")
+	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
+	key := client.ObjectKeyFromObject(obj)
+	getDeployment(g, key)
+	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(obj.Status.ObservedGeneration).To(Equal(obj.Generation))
+	})
+
+	// Let the operator settle, then touch a child: its watch triggers a reconcile of
+	// the unchanged object, which must write nothing.
+	g.Eventually(func() []string {
+		before := managerWrites.Load()
+		time.Sleep(time.Second)
+		return writesSince(before, ns)
+	}).WithTimeout(waitTimeout).Should(BeEmpty())
+	before := managerWrites.Load()
+	reconciles := reconcileCount(g)
+	svc := &corev1.Service{}
+	g.Expect(k8s.Get(ctx, key, svc)).To(Succeed())
+	svc.Annotations["test.aiinference.io/touch"] = "1"
+	g.Expect(k8s.Update(ctx, svc)).To(Succeed())
+	g.Eventually(func() float64 { return reconcileCount(g) }).WithTimeout(waitTimeout).Should(BeNumerically(">", reconciles))
+	time.Sleep(time.Second)
+	g.Expect(writesSince(before, ns)).To(BeEmpty(), "writes made by reconciling an unchanged object")
+}
+
+func TestInvalidSpecsAreRefusedWithAUsefulMessage(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	tests := []struct {
+		name    string
+		mutate  func(*servingv1.AIInference)
+		message string
+	}{
+		{"no model source", func(o *servingv1.AIInference) { o.Spec.Model.Source = servingv1.ModelSource{} }, "must set exactly one of s3, pvc or http"},
+		{"two model sources", func(o *servingv1.AIInference) {
+			o.Spec.Model.Source.HTTP = &servingv1.HTTPSource{URL: "https://example.com/model.gguf"}
+		}, "must set exactly one of s3, pvc or http"},
+		{"bucket with capitals", func(o *servingv1.AIInference) { o.Spec.Model.Source.S3.Bucket = "My_Models" }, "s3.bucket must be a valid bucket name"},
+		{"endpoint not a URL", func(o *servingv1.AIInference) { o.Spec.Model.Source.S3.Endpoint = "minio:9000" }, "s3.endpoint must be an http:// or https:// URL"},
+		{"http url with another scheme", func(o *servingv1.AIInference) {
+			o.Spec.Model.Source = servingv1.ModelSource{HTTP: &servingv1.HTTPSource{URL: "ftp://example.com/model"}}
+		}, "http.url must be an http:// or https:// URL"},
+		{"pvc path escaping the volume", func(o *servingv1.AIInference) {
+			o.Spec.Model.Source = servingv1.ModelSource{PVC: &servingv1.PVCSource{ClaimName: "weights", Path: "../etc"}}
+		}, "pvc.path must be relative to the volume root"},
+		{"pvc path absolute", func(o *servingv1.AIInference) {
+			o.Spec.Model.Source = servingv1.ModelSource{PVC: &servingv1.PVCSource{ClaimName: "weights", Path: "/models"}}
+		}, "pvc.path must be relative to the volume root"},
+		{"empty model name", func(o *servingv1.AIInference) { o.Spec.Model.Name = "" }, "spec.model.name"},
+		{"unknown engine", func(o *servingv1.AIInference) { o.Spec.Engine.Type = "Ollama" }, `supported values: "vLLM", "TGI", "Triton"`},
+		{"engine image with spaces", func(o *servingv1.AIInference) { o.Spec.Engine.Image = "vllm openai" }, "engine.image must be an image reference without spaces"},
+		{"engine port out of range", func(o *servingv1.AIInference) { o.Spec.Engine.Port = 70000 }, "spec.engine.port"},
+		{"negative GPU count", func(o *servingv1.AIInference) { o.Spec.GPU.Count = -1 }, "spec.gpu.count"},
+		{"too many GPUs", func(o *servingv1.AIInference) { o.Spec.GPU.Count = 64 }, "spec.gpu.count"},
+		{"GPU products without GPUs", func(o *servingv1.AIInference) { o.Spec.GPU.Count = 0 }, "gpu.products lists acceptable GPU products, which needs gpu.count of at least 1"},
+		{"duplicate GPU products", func(o *servingv1.AIInference) {
+			o.Spec.GPU.Products = []string{"NVIDIA-L4", "NVIDIA-L4"}
+		}, "Duplicate value"},
+		{"negative replicas", func(o *servingv1.AIInference) { o.Spec.Replicas = ptr.To[int32](-1) }, "spec.replicas"},
+		{"zero timeout", func(o *servingv1.AIInference) { o.Spec.Loading.Timeout = &metav1.Duration{} }, "loading.timeout must be a duration between 10s and 24h"},
+		{"timeout over a day", func(o *servingv1.AIInference) {
+			o.Spec.Loading.Timeout = &metav1.Duration{Duration: 48 * time.Hour}
+		}, "loading.timeout must be a duration between 10s and 24h"},
+		{"negative retries", func(o *servingv1.AIInference) { o.Spec.Loading.MaxRetries = ptr.To[int32](-1) }, "spec.loading.maxRetries"},
+		{"zero backoff", func(o *servingv1.AIInference) { o.Spec.Loading.Backoff = &metav1.Duration{} }, "loading.backoff must be a duration between 1s and 1h"},
+		{"PVC cache without claim", func(o *servingv1.AIInference) {
+			o.Spec.Cache = &servingv1.CacheSpec{Type: servingv1.CachePVC}
+		}, "cache.pvc is required when cache.type is PVC"},
+		{"disk cache with a claim", func(o *servingv1.AIInference) {
+			o.Spec.Cache = &servingv1.CacheSpec{Type: servingv1.CacheDisk, PVC: &servingv1.CachePVCSpec{ClaimName: "cache"}}
+		}, "cache.pvc is required when cache.type is PVC and not allowed otherwise"},
+		{"cache claim and size together", func(o *servingv1.AIInference) {
+			o.Spec.Cache = &servingv1.CacheSpec{Type: servingv1.CachePVC, PVC: &servingv1.CachePVCSpec{ClaimName: "cache", Size: ptr.To(resource.MustParse("100Gi"))}}
+		}, "cache.pvc must set either claimName"},
+		{"huge model in memory", func(o *servingv1.AIInference) {
+			o.Spec.Model.Size = ptr.To(resource.MustParse("140Gi"))
+			o.Spec.Cache = &servingv1.CacheSpec{Type: servingv1.CacheMemory}
+		}, "cache.type Memory keeps the weights in RAM and is only for models up to 64Gi"},
+		{"unknown cache type", func(o *servingv1.AIInference) { o.Spec.Cache = &servingv1.CacheSpec{Type: "Tmpfs"} }, `supported values: "Memory", "Disk", "PVC"`},
+		{"empty credentials secret name", func(o *servingv1.AIInference) {
+			o.Spec.Model.Source.S3.CredentialsSecretRef.Name = ""
+		}, "credentialsSecretRef.name"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			obj := newInference(ns, "invalid-"+string(rune('a'+i)))
+			tt.mutate(obj)
+			err := k8s.Create(context.Background(), obj)
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("want an Invalid error, got %v", err)
+			}
+			if !containsFold(err.Error(), tt.message) {
+				t.Errorf("message %q does not say %q", err.Error(), tt.message)
+			}
+		})
+	}
+}

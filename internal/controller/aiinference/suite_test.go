@@ -1,0 +1,168 @@
+package aiinference_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/manager"
+	"github.com/aiinference/operator/internal/testutil"
+)
+
+// The suite runs one real kube-apiserver and etcd (envtest) and the real manager.
+var (
+	k8s client.Client
+	// managerWrites counts the manager's write requests to the API server.
+	managerWrites atomic.Int64
+	// writeLog records the manager's write requests, for failure messages.
+	writeLog sync.Map
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runSuite(m))
+}
+
+func runSuite(m *testing.M) int {
+	var logs io.Writer = io.Discard
+	if os.Getenv("TEST_OPERATOR_LOGS") != "" {
+		logs = os.Stderr
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(logs), zap.UseDevMode(true)))
+	assets, err := testutil.EnvtestAssets()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "envtest binaries:", err)
+		return 1
+	}
+	root, err := testutil.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: assets,
+		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting envtest:", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+
+	k8s, err = client.New(cfg, client.Options{Scheme: manager.Scheme()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+
+	mgrCfg := rest.CopyConfig(cfg)
+	mgrCfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return writeCounter{rt} }
+	mgr, err := manager.New(mgrCfg, manager.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0", LoaderImage: "example.test/model-loader:test"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	return m.Run()
+}
+
+// writeCounter counts requests that change state on the API server.
+type writeCounter struct{ next http.RoundTripper }
+
+func (w writeCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	switch req.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		writeLog.Store(managerWrites.Add(1), req.Method+" "+req.URL.Path)
+	}
+	return w.next.RoundTrip(req)
+}
+
+// newNamespace gives a test its own namespace.
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "aii-test-"}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), ns) })
+	return ns.Name
+}
+
+// eventually waits for the AIInference to satisfy check, asserting the kstatus
+// invariants on every version of it seen on the way.
+func eventually(t *testing.T, g *WithT, key client.ObjectKey, timeout time.Duration, check func(g Gomega, obj *servingv1.AIInference)) *servingv1.AIInference {
+	t.Helper()
+	obj := &servingv1.AIInference{}
+	g.Eventually(func(g Gomega) {
+		g.Expect(k8s.Get(context.Background(), key, obj)).To(Succeed())
+		// Every version seen must hold the invariants, not just the last one.
+		if problems := testutil.KstatusViolations(obj); len(problems) > 0 {
+			t.Errorf("kstatus invariants broken by %s at resourceVersion %s: %v", key, obj.ResourceVersion, problems)
+		}
+		check(g, obj)
+	}).WithTimeout(timeout).WithPolling(100 * time.Millisecond).Should(Succeed())
+	return obj
+}
+
+// reconcileCount is how many reconciles the AIInference controller has finished,
+// from controller-runtime's own metrics.
+func reconcileCount(g Gomega) float64 {
+	families, err := ctrlmetrics.Registry.Gather()
+	g.Expect(err).NotTo(HaveOccurred())
+	var total float64
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == "aiinference" {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return total
+}
+
+func containsFold(s, substr string) bool {
+	return strings.Contains(strings.ToLower(s), strings.ToLower(substr))
+}
+
+// writesSince lists the manager's write requests into a namespace after the count
+// n (tests run in parallel, each in its own namespace).
+func writesSince(n int64, namespace string) []string {
+	var writes []string
+	for i := n + 1; i <= managerWrites.Load(); i++ {
+		if w, ok := writeLog.Load(i); ok && strings.Contains(w.(string), "/namespaces/"+namespace+"/") {
+			writes = append(writes, w.(string))
+		}
+	}
+	return writes
+}
