@@ -160,7 +160,7 @@ func emptyDirLimit(obj *servingv1.AIInference, cache servingv1.CacheSpec) *resou
 	return nil
 }
 
-var unsafePathChars = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+var unsafePathChars = regexp.MustCompile(`[^A-Za-z0-9._@-]+`)
 
 // modelPath is where the complete model sits in the pod. It names the model and
 // revision so that a shared PVC cache can hold several models side by side.

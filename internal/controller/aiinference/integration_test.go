@@ -104,7 +104,7 @@ func TestChildrenHaveTheRightShape(t *testing.T) {
 
 	eng := pod.Containers[0]
 	g.Expect(eng.Args).To(ContainElements("--model", "/models/llama-3.1-8b", "--tensor-parallel-size", "2"))
-	g.Expect(eng.Resources.Limits[aiinference.GPUResource]).To(Equal(resource.MustParse("2")))
+	g.Expect(eng.Resources.Limits[aiinference.GPUResource]).To(BeComparableTo(resource.MustParse("2")))
 	g.Expect(eng.StartupProbe.HTTPGet.Path).To(Equal("/health"))
 	g.Expect(eng.StartupProbe.FailureThreshold).To(Equal(int32(180)), "30m default timeout over 10s periods")
 	g.Expect(eng.ReadinessProbe.HTTPGet.Path).To(Equal("/health"))
@@ -349,7 +349,7 @@ func TestPermanentLoadFailureFailsAtOnce(t *testing.T) {
 	})
 	g.Consistently(func() error {
 		return k8s.Get(context.Background(), client.ObjectKeyFromObject(pod), &corev1.Pod{})
-	}).WithTimeout(2 * time.Second).Should(Succeed(), "a permanent failure is not retried")
+	}).WithTimeout(2*time.Second).Should(Succeed(), "a permanent failure is not retried")
 }
 
 func TestMissingReferencesAreReportedAndRecovered(t *testing.T) {

@@ -1,0 +1,203 @@
+package aiinference
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/engine"
+)
+
+func sampleInference() *servingv1.AIInference {
+	return &servingv1.AIInference{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "chat", Generation: 1},
+		Spec: servingv1.AIInferenceSpec{
+			Model:  servingv1.ModelSpec{Name: "llama-3.1-8b", Source: servingv1.ModelSource{S3: &servingv1.S3Source{Bucket: "models", Prefix: "llama/"}}},
+			Engine: servingv1.EngineSpec{Type: servingv1.EngineVLLM},
+			GPU:    servingv1.GPUSpec{Count: 1, Products: []string{"NVIDIA-L4"}},
+		},
+	}
+}
+
+func TestResolvedCache(t *testing.T) {
+	tests := []struct {
+		name string
+		size string
+		user *servingv1.CacheSpec
+		want servingv1.CacheType
+	}{
+		{"no size hint means disk", "", nil, servingv1.CacheDisk},
+		{"small model goes to memory", "1500Mi", nil, servingv1.CacheMemory},
+		{"2Gi is still small", "2Gi", nil, servingv1.CacheMemory},
+		{"large model goes to disk", "16Gi", nil, servingv1.CacheDisk},
+		{"user choice wins", "1Gi", &servingv1.CacheSpec{Type: servingv1.CacheDisk}, servingv1.CacheDisk},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			obj := sampleInference()
+			if tt.size != "" {
+				obj.Spec.Model.Size = ptr.To(resource.MustParse(tt.size))
+			}
+			obj.Spec.Cache = tt.user
+			if got := resolvedCache(obj).Type; got != tt.want {
+				t.Errorf("resolvedCache = %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRetryDelayDoublesUpToTenMinutes(t *testing.T) {
+	obj := sampleInference()
+	obj.Spec.Loading.Backoff = &metav1.Duration{Duration: 30 * time.Second}
+	want := []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 10 * time.Minute, 10 * time.Minute}
+	for n, w := range want {
+		if got := retryDelay(obj, int32(n)); got != w {
+			t.Errorf("retryDelay(%d) = %s, want %s", n, got, w)
+		}
+	}
+}
+
+func TestDeploymentPerEngine(t *testing.T) {
+	for _, tt := range []struct {
+		engine    servingv1.EngineType
+		port      int32
+		readiness string
+		tpArg     string
+	}{
+		{servingv1.EngineVLLM, 8000, "/health", "--tensor-parallel-size"},
+		{servingv1.EngineTGI, 8080, "/health", "--num-shard"},
+		{servingv1.EngineTriton, 8000, "/v2/health/ready", ""},
+	} {
+		t.Run(string(tt.engine), func(t *testing.T) {
+			g := NewWithT(t)
+			obj := sampleInference()
+			obj.Spec.Engine.Type = tt.engine
+			obj.Spec.Engine.Args = []string{"--max-model-len", "8192"}
+			obj.Spec.GPU.Count = 4
+			obj.Spec.Loading.Timeout = &metav1.Duration{Duration: 5 * time.Minute}
+			eng, err := engine.For(tt.engine)
+			g.Expect(err).NotTo(HaveOccurred())
+			d := desiredDeployment(obj, eng, Options{LoaderImage: "loader:1"}, "cfg")
+			c := d.Spec.Template.Spec.Containers[0]
+			g.Expect(c.Ports[0].ContainerPort).To(Equal(tt.port))
+			g.Expect(c.ReadinessProbe.HTTPGet.Path).To(Equal(tt.readiness))
+			g.Expect(c.StartupProbe.FailureThreshold).To(Equal(int32(30)), "5m timeout / 10s period")
+			g.Expect(c.Args[len(c.Args)-2:]).To(Equal([]string{"--max-model-len", "8192"}), "user args come last")
+			if tt.tpArg != "" {
+				i := slices.Index(c.Args, tt.tpArg)
+				g.Expect(i).To(BeNumerically(">=", 0))
+				g.Expect(c.Args[i+1]).To(Equal("4"))
+			}
+			g.Expect(c.Resources.Limits[GPUResource]).To(BeComparableTo(resource.MustParse("4")))
+			g.Expect(c.VolumeMounts).To(ContainElement(HaveField("MountPath", "/dev/shm")), "tensor parallelism needs shared memory")
+			g.Expect(*d.Spec.Strategy.RollingUpdate.MaxUnavailable).To(HaveField("IntVal", int32(0)))
+		})
+	}
+}
+
+func TestPodTemplateHashFollowsSpecAndConfig(t *testing.T) {
+	eng, _ := engine.For(servingv1.EngineVLLM)
+	obj := sampleInference()
+	base := podTemplateHash(desiredDeployment(obj, eng, Options{}, "a"))
+	if base != podTemplateHash(desiredDeployment(obj, eng, Options{}, "a")) {
+		t.Fatal("hash is not stable")
+	}
+	if base == podTemplateHash(desiredDeployment(obj, eng, Options{}, "b")) {
+		t.Error("a changed loader config does not change the template hash")
+	}
+	obj.Spec.Engine.Args = []string{"--enforce-eager"}
+	if base == podTemplateHash(desiredDeployment(obj, eng, Options{}, "a")) {
+		t.Error("changed engine args do not change the template hash")
+	}
+	scaled := sampleInference()
+	scaled.Spec.Replicas = ptr.To[int32](5)
+	if base != podTemplateHash(desiredDeployment(scaled, eng, Options{}, "a")) {
+		t.Error("scaling changes the template hash, which would roll every pod")
+	}
+}
+
+func TestCacheVolumes(t *testing.T) {
+	tests := []struct {
+		name      string
+		cache     *servingv1.CacheSpec
+		size      string
+		wantClaim string
+		wantMed   corev1.StorageMedium
+		wantLimit string
+	}{
+		{"memory for a small model with headroom", nil, "1000Mi", "", corev1.StorageMediumMemory, "1100Mi"},
+		{"disk with the user's limit", &servingv1.CacheSpec{Type: servingv1.CacheDisk, SizeLimit: ptr.To(resource.MustParse("50Gi"))}, "16Gi", "", corev1.StorageMediumDefault, "50Gi"},
+		{"existing claim", &servingv1.CacheSpec{Type: servingv1.CachePVC, PVC: &servingv1.CachePVCSpec{ClaimName: "shared-cache"}}, "", "shared-cache", "", ""},
+		{"claim the operator makes", &servingv1.CacheSpec{Type: servingv1.CachePVC, PVC: &servingv1.CachePVCSpec{Size: ptr.To(resource.MustParse("100Gi"))}}, "", "chat-model-cache", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			obj := sampleInference()
+			obj.Spec.Cache = tt.cache
+			if tt.size != "" {
+				obj.Spec.Model.Size = ptr.To(resource.MustParse(tt.size))
+			}
+			vol := volumes(obj)[0]
+			if tt.wantClaim != "" {
+				g.Expect(vol.PersistentVolumeClaim.ClaimName).To(Equal(tt.wantClaim))
+				return
+			}
+			g.Expect(vol.EmptyDir.Medium).To(Equal(tt.wantMed))
+			g.Expect(vol.EmptyDir.SizeLimit.Cmp(resource.MustParse(tt.wantLimit))).To(BeZero(), "size limit %s", vol.EmptyDir.SizeLimit)
+		})
+	}
+	obj := sampleInference()
+	obj.Spec.Cache = tests[3].cache
+	pvc := desiredCachePVC(obj)
+	if pvc == nil || pvc.Spec.AccessModes[0] != corev1.ReadWriteOnce {
+		t.Errorf("desiredCachePVC = %+v, want a ReadWriteOnce claim", pvc)
+	}
+	if desiredCachePVC(sampleInference()) != nil {
+		t.Error("a claim is made without the spec asking for one")
+	}
+}
+
+func TestLoaderRunsRestricted(t *testing.T) {
+	g := NewWithT(t)
+	obj := sampleInference()
+	obj.Spec.Model.Source.S3.CredentialsSecretRef = &servingv1.S3CredentialsSecretRef{Name: "creds", AccessKeyIDKey: "id"}
+	c := loaderContainer(obj, Options{LoaderImage: "loader:1"})
+	sc := c.SecurityContext
+	g.Expect(*sc.RunAsNonRoot).To(BeTrue())
+	g.Expect(*sc.AllowPrivilegeEscalation).To(BeFalse())
+	g.Expect(*sc.ReadOnlyRootFilesystem).To(BeTrue())
+	g.Expect(sc.Capabilities.Drop).To(ConsistOf(corev1.Capability("ALL")))
+	g.Expect(sc.SeccompProfile.Type).To(Equal(corev1.SeccompProfileTypeRuntimeDefault))
+	g.Expect(c.Env).To(HaveLen(2))
+	g.Expect(c.Env[0].ValueFrom.SecretKeyRef.Key).To(Equal("id"))
+	g.Expect(c.Env[1].ValueFrom.SecretKeyRef.Key).To(Equal("AWS_SECRET_ACCESS_KEY"))
+}
+
+func TestGPUAffinityPrefersInOrder(t *testing.T) {
+	g := NewWithT(t)
+	aff := gpuAffinity(servingv1.GPUSpec{Count: 8, Products: []string{"A", "B", "C"}})
+	var weights []int32
+	for _, p := range aff.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+		weights = append(weights, p.Weight)
+	}
+	g.Expect(weights).To(Equal([]int32{100, 90, 80}))
+	g.Expect(gpuAffinity(servingv1.GPUSpec{Count: 1})).To(BeNil(), "any GPU: no product affinity")
+	g.Expect(gpuAffinity(servingv1.GPUSpec{})).To(BeNil())
+}
+
+func TestModelPathIsSafe(t *testing.T) {
+	obj := sampleInference()
+	obj.Spec.Model.Name = "meta-llama/Llama 3.1"
+	obj.Spec.Model.Revision = "main"
+	if got := modelPath(obj); got != "/models/meta-llama_Llama_3.1@main" {
+		t.Errorf("modelPath = %q", got)
+	}
+}
