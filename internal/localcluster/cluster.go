@@ -157,7 +157,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	defer func() {
 		if err != nil {
-			err = fmt.Errorf("starting the local cluster in %s: %w", c.dir, err)
+			err = fmt.Errorf("starting the local cluster in %s: %w%s", c.dir, err, c.logTails(15))
 			if stopErr := c.Stop(); stopErr != nil {
 				err = errors.Join(err, stopErr)
 			}
@@ -211,6 +211,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.start(kubeAPIServerBinary, filepath.Join(binDir, kubeAPIServerBinary),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
+		// The endpoint reconciler refuses a loopback address for the kubernetes
+		// Service's endpoints; nothing runs in pods that would call it anyway.
+		"--endpoint-reconciler-type=none",
 		"--secure-port="+strconv.Itoa(c.ports.apiServer),
 		"--cert-dir="+pkiDir,
 		"--tls-cert-file="+sec.servingCert,
@@ -392,6 +395,18 @@ func (c *Cluster) Stop() error {
 		}
 	}
 	return nil
+}
+
+// logTails returns the last n lines of every component's log, for an error
+// message (the logs themselves go away with a temporary cluster directory).
+func (c *Cluster) logTails(n int) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := ""
+	for _, p := range c.procs {
+		out += fmt.Sprintf("\n--- end of %s ---\n%s", filepath.Base(p.logPath), tail(p.logPath, n))
+	}
+	return out
 }
 
 // start starts one component and records it.

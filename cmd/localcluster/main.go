@@ -1,0 +1,145 @@
+// Command localcluster runs a local Kubernetes cluster with simulated GPU nodes
+// (etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok on
+// 127.0.0.1) that keeps running in the background.
+//
+//	localcluster up [--nodes FILE] [--state-dir DIR]   start it (or say it is running)
+//	localcluster down [--state-dir DIR]                 stop it and remove its files
+//	localcluster status [--state-dir DIR]               show it; exit 1 if not running
+//	localcluster kubeconfig [--state-dir DIR]           print the kubeconfig path
+//
+// Run it from the repository: the binaries are built by hack/tools/build.sh.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/aiinference/operator/internal/localcluster"
+)
+
+const usage = `Usage: localcluster COMMAND [flags]
+
+Runs a local Kubernetes cluster with simulated GPU nodes in the background.
+
+Commands:
+  up          start the cluster and wait until it is usable (succeeds if it already runs)
+  down        stop the cluster and remove its files (succeeds if nothing runs)
+  status      show the cluster's processes and readiness; exit status 1 if not running
+  kubeconfig  print the path of the admin kubeconfig; exit status 1 if not running
+
+Flags:
+`
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		var exit exitCode
+		if errors.As(err, &exit) {
+			os.Exit(int(exit))
+		}
+		fmt.Fprintln(os.Stderr, "localcluster:", err)
+		os.Exit(1)
+	}
+}
+
+// exitCode is an error that only sets the exit status (the message is printed already).
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+func run(args []string) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fs, _ := newFlags("")
+		fs.Usage()
+		return nil
+	}
+	command := args[0]
+	fs, f := newFlags(command)
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	switch command {
+	case "up":
+		s, err := localcluster.Up(ctx, localcluster.UpOptions{StateDir: f.stateDir, NodesFile: f.nodes, Out: os.Stderr})
+		if err != nil {
+			return err
+		}
+		stopWith := "make cluster-down"
+		if f.stateDir != localcluster.DefaultStateDir() {
+			stopWith = "go run ./cmd/localcluster down --state-dir " + f.stateDir
+		}
+		fmt.Fprintf(os.Stderr, "The local cluster is up. Use it with:\n  export KUBECONFIG=%s\n  kubectl get nodes -L nvidia.com/gpu.product\nLogs: %s\nStop it with: %s\n",
+			s.Kubeconfig, s.LogsDir, stopWith)
+		return nil
+	case "down":
+		return localcluster.Down(f.stateDir, os.Stderr)
+	case "status":
+		ok, err := localcluster.Status(ctx, f.stateDir, os.Stdout)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return exitCode(1)
+		}
+		return nil
+	case "kubeconfig":
+		s, err := localcluster.ReadState(f.stateDir)
+		if err != nil {
+			return err
+		}
+		if !s.Running() || !s.Ready {
+			fmt.Fprintln(os.Stderr, "The local cluster is not running: start it with make cluster-up")
+			return exitCode(1)
+		}
+		fmt.Println(s.Kubeconfig)
+		return nil
+	case "supervise":
+		return localcluster.RunSupervisor(localcluster.SupervisorOptions{
+			StateDir: f.stateDir, BinDir: f.binDir, KwokStageDir: f.stageDir, NodesFile: f.nodes,
+		})
+	default:
+		fmt.Fprint(os.Stderr, usage)
+		return fmt.Errorf("unknown command %q", command)
+	}
+}
+
+type flags struct {
+	stateDir, nodes string
+	// Set by up for the detached supervisor only.
+	binDir, stageDir string
+}
+
+// internalFlags are left out of the usage text.
+var internalFlags = map[string]bool{"bin-dir": true, "kwok-stage-dir": true}
+
+func newFlags(command string) (*flag.FlagSet, *flags) {
+	f := &flags{}
+	fs := flag.NewFlagSet("localcluster "+command, flag.ContinueOnError)
+	fs.StringVar(&f.stateDir, "state-dir", localcluster.DefaultStateDir(), "folder that holds the running cluster's state, logs and kubeconfig")
+	fs.StringVar(&f.nodes, "nodes", "", "node pool description (YAML) for up; default: the built-in pool, as in config/localcluster/nodepool.yaml")
+	fs.StringVar(&f.binDir, "bin-dir", "", "")
+	fs.StringVar(&f.stageDir, "kwok-stage-dir", "", "")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.VisitAll(func(fl *flag.Flag) {
+			if !internalFlags[fl.Name] {
+				fmt.Fprintf(fs.Output(), "  --%s\n    \t%s (default %q)\n", fl.Name, fl.Usage, fl.DefValue)
+			}
+		})
+	}
+	return fs, f
+}
