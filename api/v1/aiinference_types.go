@@ -59,10 +59,23 @@ type AIInferenceSpec struct {
 	// +optional
 	ServiceAccountName string `json:"serviceAccountName,omitempty"`
 
+	// PodMetadata are labels and annotations added to the pods (e.g. for a service
+	// mesh or cost reporting). The operator's own selector labels take precedence.
+	// +optional
+	PodMetadata *PodMetadata `json:"podMetadata,omitempty"`
+
 	// ImagePullSecrets are used to pull the engine and loader images.
 	// +optional
 	// +listType=atomic
 	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+}
+
+// PodMetadata are extra labels and annotations for the pods.
+type PodMetadata struct {
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 // ModelSpec names the model and its single source.

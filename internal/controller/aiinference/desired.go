@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"path"
 	"regexp"
@@ -261,7 +262,10 @@ func enginePort(obj *servingv1.AIInference, eng engine.Engine) int32 {
 // the pods.
 func desiredDeployment(obj *servingv1.AIInference, eng engine.Engine, opts Options, configHash string) *appsv1.Deployment {
 	template := podTemplate(obj, eng, opts)
-	template.Annotations = map[string]string{AnnotationTemplateHash: hashOf(template, configHash)}
+	if template.Annotations == nil {
+		template.Annotations = map[string]string{}
+	}
+	template.Annotations[AnnotationTemplateHash] = hashOf(template, configHash)
 	return &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: childMeta(obj, obj.Name),
@@ -297,7 +301,7 @@ func podTemplate(obj *servingv1.AIInference, eng engine.Engine, opts Options) co
 		}}, tolerations...)
 	}
 	return corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: childLabels(obj)},
+		ObjectMeta: podMetadata(obj),
 		Spec: corev1.PodSpec{
 			ServiceAccountName: spec.ServiceAccountName,
 			ImagePullSecrets:   spec.ImagePullSecrets,
@@ -314,6 +318,19 @@ func podTemplate(obj *servingv1.AIInference, eng engine.Engine, opts Options) co
 			Volumes:        volumes(obj),
 		},
 	}
+}
+
+// podMetadata is the user's pod labels and annotations under the operator's labels.
+func podMetadata(obj *servingv1.AIInference) metav1.ObjectMeta {
+	meta := metav1.ObjectMeta{Labels: map[string]string{}}
+	if user := obj.Spec.PodMetadata; user != nil {
+		maps.Copy(meta.Labels, user.Labels)
+		if len(user.Annotations) > 0 {
+			meta.Annotations = maps.Clone(user.Annotations)
+		}
+	}
+	maps.Copy(meta.Labels, childLabels(obj))
+	return meta
 }
 
 // gpuAffinity requires a node with one of the accepted products and prefers them in

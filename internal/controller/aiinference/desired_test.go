@@ -201,3 +201,18 @@ func TestModelPathIsSafe(t *testing.T) {
 		t.Errorf("modelPath = %q", got)
 	}
 }
+
+func TestPodMetadataCannotOverrideSelectorLabels(t *testing.T) {
+	g := NewWithT(t)
+	obj := sampleInference()
+	obj.Spec.PodMetadata = &servingv1.PodMetadata{
+		Labels:      map[string]string{"team": "search", LabelInstance: "other"},
+		Annotations: map[string]string{"sidecar.istio.io/inject": "false"},
+	}
+	eng, _ := engine.For(servingv1.EngineVLLM)
+	tmpl := desiredDeployment(obj, eng, Options{}, "a").Spec.Template
+	g.Expect(tmpl.Labels).To(HaveKeyWithValue("team", "search"))
+	g.Expect(tmpl.Labels).To(HaveKeyWithValue(LabelInstance, "chat"))
+	g.Expect(tmpl.Annotations).To(HaveKeyWithValue("sidecar.istio.io/inject", "false"))
+	g.Expect(tmpl.Annotations).To(HaveKey(AnnotationTemplateHash))
+}

@@ -135,9 +135,11 @@ func computeStatus(obj *servingv1.AIInference, obs observation) servingv1.AIInfe
 	st.LoadRetries = obs.retry.retries
 	st.LastFailure = obs.retry.failure
 
-	loaded := lastLoad(obs.pods)
-	st.ModelLoaded = loaded != nil
-	if loaded != nil {
+	st.ModelLoaded = false
+	for _, p := range obs.pods {
+		st.ModelLoaded = st.ModelLoaded || p.LoaderDone
+	}
+	if loaded := lastLoad(obs.pods); loaded != nil {
 		st.LastLoad = loaded
 	}
 
@@ -284,7 +286,12 @@ func lastLoad(pods []podView) *servingv1.LoadReport {
 }
 
 func setModelLoadedCondition(st *servingv1.AIInferenceStatus, generation int64, obs observation) {
-	if l := st.LastLoad; st.ModelLoaded && l != nil {
+	if st.ModelLoaded && st.LastLoad == nil {
+		setCondition(st, generation, servingv1.ConditionModelLoaded, metav1.ConditionTrue, servingv1.ReasonModelLoaded,
+			"A replica loaded the model; the loader left no report")
+		return
+	}
+	if l := st.LastLoad; st.ModelLoaded {
 		verified := "size-checked only"
 		if l.Verified {
 			verified = "verified"
