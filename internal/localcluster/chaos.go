@@ -13,7 +13,11 @@ import (
 // kustomize/stage/pod/chaos) fails a pending pod's init container instead of
 // running it: the container is terminated with an exit code and the pod's phase
 // becomes Failed. It applies to pods with InitContainerFailureLabel set to "true";
-// the annotations below (all optional) choose how the container fails.
+// the annotations below (all optional) choose how the container fails. The stage
+// only acts on pods that are still Pending, so set the label when the pod is
+// created (on the pod, or on the template of the Deployment or Job that makes it):
+// every pod made from such a template fails, until the label is removed.
+// The operator treats exit code 10 as retryable and 20-23 as permanent.
 const (
 	InitContainerFailureLabel = "pod-init-container-running-failed.stage.kwok.x-k8s.io"
 

@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -90,7 +91,7 @@ type ports struct {
 // the controller-manager and scheduler are healthy, the default service account
 // exists, and every node of the pools is Ready and schedulable. On error,
 // everything it started is stopped again.
-func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	begin := time.Now()
 	progress := opts.Progress
 	if progress == nil {
@@ -105,14 +106,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 
 	binDir, stageDir := opts.BinDir, opts.KwokStageDir
+	var err error
 	if binDir == "" || stageDir == "" {
 		root := opts.RepoRoot
 		if root == "" {
-			wd, err := os.Getwd()
-			if err != nil {
-				return nil, err
-			}
-			if root, err = FindRepoRoot(wd); err != nil {
+			if root, err = FindRepoRoot("."); err != nil {
 				return nil, err
 			}
 		}
@@ -139,6 +137,30 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
+	// The ports are free when chosen, but another program (say, the cluster of a
+	// test package running in parallel) can take one before its component binds
+	// it. Then start again on new ports.
+	for attempt := 1; ; attempt++ {
+		c, err := start(ctx, opts, binDir, stageDir, pools, progress)
+		if err == nil {
+			fmt.Fprintf(progress, "Local cluster ready in %s: export KUBECONFIG=%s\n", time.Since(begin).Round(100*time.Millisecond), c.kubeconfig)
+			return c, nil
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return nil, err
+		}
+		fmt.Fprintf(progress, "A port was taken meanwhile; starting again: %v\n", firstLine(err.Error()))
+		if opts.Dir != "" {
+			// Only what the failed attempt wrote is there (start wants it empty).
+			if err := os.RemoveAll(opts.Dir); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// start makes one attempt at starting a cluster.
+func start(ctx context.Context, opts Options, binDir, stageDir string, pools []NodePool, progress io.Writer) (_ *Cluster, err error) {
 	c := &Cluster{dir: opts.Dir, progress: progress}
 	if c.dir == "" {
 		if c.dir, err = os.MkdirTemp("", "localcluster-"); err != nil {
@@ -320,8 +342,14 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.WaitNodesReady(ctx, names...); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(progress, "Local cluster ready in %s: export KUBECONFIG=%s\n", time.Since(begin).Round(100*time.Millisecond), c.kubeconfig)
 	return c, nil
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
 }
 
 // Kubeconfig is the path of the admin kubeconfig.

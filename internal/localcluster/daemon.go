@@ -165,11 +165,7 @@ func Up(ctx context.Context, opts UpOptions) (*State, error) {
 	}
 	root := opts.RepoRoot
 	if root == "" {
-		wd, err := os.Getwd()
-		if err != nil {
-			return nil, err
-		}
-		if root, err = FindRepoRoot(wd); err != nil {
+		if root, err = FindRepoRoot("."); err != nil {
 			return nil, err
 		}
 	}
