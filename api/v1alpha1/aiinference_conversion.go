@@ -44,18 +44,19 @@ var _ conversion.Convertible = &AIInference{}
 // v1Fields is what v1 holds that v1alpha1 cannot express. Each field is set only
 // when converting to v1alpha1 would lose it.
 type v1Fields struct {
-	Source           *servingv1.ModelSource         `json:"source,omitempty"`
-	Revision         string                         `json:"revision,omitempty"`
-	SHA256Manifest   string                         `json:"sha256Manifest,omitempty"`
-	Env              []corev1.EnvVar                `json:"env,omitempty"`
-	Port             int32                          `json:"port,omitempty"`
-	Products         []string                       `json:"products,omitempty"`
-	Cache            *servingv1.CacheSpec           `json:"cache,omitempty"`
-	Timeout          *metav1.Duration               `json:"timeout,omitempty"`
-	Backoff          *metav1.Duration               `json:"backoff,omitempty"`
-	ServiceAccount   string                         `json:"serviceAccountName,omitempty"`
-	ImagePullSecrets []corev1.LocalObjectReference  `json:"imagePullSecrets,omitempty"`
-	Status           *v1StatusFields                `json:"status,omitempty"`
+	Source           *servingv1.ModelSource        `json:"source,omitempty"`
+	Revision         string                        `json:"revision,omitempty"`
+	SHA256Manifest   string                        `json:"sha256Manifest,omitempty"`
+	Env              []corev1.EnvVar               `json:"env,omitempty"`
+	Port             int32                         `json:"port,omitempty"`
+	Products         []string                      `json:"products,omitempty"`
+	Cache            *servingv1.CacheSpec          `json:"cache,omitempty"`
+	Timeout          *metav1.Duration              `json:"timeout,omitempty"`
+	Backoff          *metav1.Duration              `json:"backoff,omitempty"`
+	ServiceAccount   string                        `json:"serviceAccountName,omitempty"`
+	PodMetadata      *servingv1.PodMetadata        `json:"podMetadata,omitempty"`
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+	Status           *v1StatusFields               `json:"status,omitempty"`
 }
 
 // v1StatusFields is the v1 status that v1alpha1 has no place for.
@@ -133,6 +134,7 @@ func (src *AIInference) ConvertTo(dstRaw conversion.Hub) error {
 		NodeSelector:       copyMap(s.NodeSelector),
 		Tolerations:        copyTolerations(s.Tolerations),
 		ServiceAccountName: saved.ServiceAccount,
+		PodMetadata:        saved.PodMetadata.DeepCopy(),
 		ImagePullSecrets:   append([]corev1.LocalObjectReference(nil), saved.ImagePullSecrets...),
 	}
 	if len(dst.Spec.ImagePullSecrets) == 0 {
@@ -183,6 +185,7 @@ func (dst *AIInference) ConvertFrom(srcRaw conversion.Hub) error {
 		Port:             s.Engine.Port,
 		Cache:            s.Cache.DeepCopy(),
 		ServiceAccount:   s.ServiceAccountName,
+		PodMetadata:      s.PodMetadata.DeepCopy(),
 		ImagePullSecrets: append([]corev1.LocalObjectReference(nil), s.ImagePullSecrets...),
 	}
 	if !equality.Semantic.DeepEqual(sourceFromLocation(loc), s.Model.Source) {
