@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/aiinference/operator/internal/loadspec"
@@ -202,7 +203,7 @@ func (l *run) openFile(ctx context.Context, t *fileTask) (*os.File, error) {
 	}
 	if !t.resumed {
 		// Sized up front: every part writes in place, in any order.
-		if err := f.Truncate(t.obj.Size); err != nil {
+		if err := allocate(f, t.obj.Size); err != nil {
 			f.Close()
 			return nil, fileErr(t.obj.Path, err)
 		}
@@ -306,6 +307,9 @@ func (l *run) fetchPartOnce(ctx context.Context, t *fileTask, f *os.File, p part
 	var got int64
 	for got < p.Len {
 		buf := <-l.bufs
+		// Time spent waiting for a free buffer (the disk behind) is no stall of
+		// the network: the watchdog counts from here.
+		watchdog.Reset(stall)
 		want := min(int64(len(buf)), p.Len-got)
 		n, rerr := readFull(body, buf[:want], func() { watchdog.Reset(stall) })
 		if n > 0 {
@@ -684,7 +688,8 @@ func (b *writeBatch) wait() error {
 // writer serves writes from the pool's queue. Buffered writes to one file take the
 // file's inode lock, so many goroutines writing the same file spend more time
 // contending than copying (16 writers to one file on ext4 run at a tenth of the
-// speed of two): a couple of writers keep up with any network.
+// speed of two): a few writers keep up with any network. A few rather than one:
+// the kernel throttles writers of dirty pages per thread.
 func (l *run) writer() {
 	for w := range l.writes {
 		_, err := w.f.WriteAt(w.buf[:w.n], w.off)
@@ -694,4 +699,21 @@ func (l *run) writer() {
 		}
 		w.batch.done(err)
 	}
+}
+
+// allocate sizes a new file, with its blocks reserved when the file system can
+// (fallocate). Parts land out of order; without reserved blocks the file system
+// must allocate them at writeback time, scattered, and writeback (hence the
+// kernel's dirty-page throttling of the loader) is several times slower.
+func allocate(f *os.File, size int64) error {
+	if size > 0 {
+		err := syscall.Fallocate(int(f.Fd()), 0, 0, size)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, syscall.EOPNOTSUPP) && !errors.Is(err, syscall.ENOSYS) {
+			return err
+		}
+	}
+	return f.Truncate(size)
 }

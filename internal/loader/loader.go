@@ -27,7 +27,7 @@ import (
 const bufSize = 1 << 20
 
 // numWriters is how many goroutines write to disk (see writer).
-const numWriters = 2
+const numWriters = 4
 
 // Run loads the model the options describe. The summary is filled whether or not
 // the load succeeds; the error, if any, is (or wraps) an *Error (see ExitCode).

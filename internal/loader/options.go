@@ -32,9 +32,6 @@ type Options struct {
 	// per 650 MB; without it such objects are checked by size alone (and the
 	// summary says so), unless a sha256 manifest covers them.
 	CheckMultipartETag bool
-	// Fsync flushes each file to disk before it is renamed into place, and the
-	// marker after it, so that a node crash never leaves a marker over lost data.
-	Fsync bool
 }
 
 // Defaults for settings neither the file nor the flags give.
@@ -84,7 +81,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, error) {
 	fset.DurationVar(&fv.progressInterval, "progress-interval", DefaultProgressInterval, "how often progress is logged")
 	fset.StringVar(&fv.terminationPath, "termination-message-path", "/dev/termination-log", "file that receives the JSON summary")
 	fset.StringVar(&fv.credentialsDir, "credentials-dir", loadspec.CredentialsMountDir, "folder of credential files named like the environment variables (AWS_ACCESS_KEY_ID, ...)")
-	fset.BoolVar(&fv.fsync, "fsync", true, "flush every file to disk before it is renamed into place and the marker written")
+	fset.BoolVar(&fv.fsync, "fsync", false, "flush every file to disk before it is renamed into place and the marker written (for a destination that outlives the pod)")
 	partial := func() Options { return Options{TerminationMessagePath: fv.terminationPath} }
 	fset.BoolVar(&fv.checkMultipart, "check-multipart-etag", true, "check the ETag of multipart-uploaded S3 objects by hashing each upload part (MD5, about one core-second per 650 MB); off, they are checked by size only")
 	if err := fset.Parse(args); err != nil {
@@ -157,7 +154,9 @@ func mergeOptions(file loadspec.Config, fv flagValues, set map[string]bool) (Opt
 	o.ProgressInterval = fv.progressInterval
 	o.TerminationMessagePath = fv.terminationPath
 	o.CredentialsDir = fv.credentialsDir
-	o.Fsync = fv.fsync
+	if set["fsync"] {
+		o.Fsync = fv.fsync
+	}
 	o.CheckMultipartETag = fv.checkMultipart
 
 	if o.Concurrency == 0 {

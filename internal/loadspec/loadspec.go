@@ -53,6 +53,12 @@ type Config struct {
 	// SHA256Manifest optionally names a file in the source ("sha256sum" format,
 	// paths relative to the source) that every downloaded file is checked against.
 	SHA256Manifest string `json:"sha256Manifest,omitempty"`
+	// Fsync flushes every file to disk before it is moved into place and the
+	// complete marker written. Set it for a destination that outlives the pod (a
+	// PersistentVolume cache): after a node crash its marker then never stands over
+	// data the crash lost. An emptyDir dies with the pod and needs no flush, which
+	// costs disk bandwidth.
+	Fsync bool `json:"fsync,omitempty"`
 }
 
 // S3Options are the S3-specific settings.

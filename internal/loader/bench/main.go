@@ -138,6 +138,10 @@ func run(shards int, shardSize int64, small, runs int, cache, only string) error
 			return []string{loaderBin, "--source", "s3://" + bucket + "/model", "--dest", dest,
 				"--endpoint", srv.Endpoint, "--path-style", "--termination-message-path", "", "--check-multipart-etag=false"}
 		}, env: []string{"AWS_ACCESS_KEY_ID=" + s3test.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3test.SecretKey, "AWS_EC2_METADATA_DISABLED=true"}},
+		{name: "model-loader (--fsync)", args: func(dest string) []string {
+			return []string{loaderBin, "--source", "s3://" + bucket + "/model", "--dest", dest,
+				"--endpoint", srv.Endpoint, "--path-style", "--termination-message-path", "", "--fsync"}
+		}, env: []string{"AWS_ACCESS_KEY_ID=" + s3test.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3test.SecretKey, "AWS_EC2_METADATA_DISABLED=true"}},
 		{name: "rclone (defaults)", args: rcloneCmd(), env: rcloneEnv},
 		{name: "rclone (tuned: 16 transfers x 16 streams)", args: rcloneCmd(
 			"--transfers", "16", "--checkers", "16", "--multi-thread-streams", "16", "--multi-thread-cutoff", "32M",
