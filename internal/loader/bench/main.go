@@ -209,12 +209,22 @@ func run(shards int, shardSize int64, small, runs int, cache, only string) error
 	if len(results) == 0 {
 		return nil
 	}
-	base := median(results[0].rates)
+	// Ratios of the loader (each of its first two rows) to every tool.
+	bases := []float64{median(results[0].rates)}
+	header := fmt.Sprintf("%-45s %12s %14s %12s", "tool", "median MB/s", "peak RSS MiB", "row1/tool")
+	if len(results) > 1 && strings.HasPrefix(results[1].name, "model-loader") {
+		bases = append(bases, median(results[1].rates))
+		header += fmt.Sprintf(" %12s", "row2/tool")
+	}
 	fmt.Println()
-	fmt.Printf("%-45s %12s %14s %16s\n", "tool", "median MB/s", "peak RSS MiB", "loader / tool")
+	fmt.Println(header)
 	for _, r := range results {
 		m := median(r.rates)
-		fmt.Printf("%-45s %12.1f %14d %15.2fx\n", r.name, m, r.peakKB>>10, base/m)
+		line := fmt.Sprintf("%-45s %12.1f %14d", r.name, m, r.peakKB>>10)
+		for _, b := range bases {
+			line += fmt.Sprintf(" %11.2fx", b/m)
+		}
+		fmt.Println(line)
 	}
 	return nil
 }
