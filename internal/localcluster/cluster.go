@@ -308,6 +308,11 @@ func start(ctx context.Context, opts Options, binDir, stageDir string, pools []N
 		"--kubeconfig="+c.kubeconfig,
 		"--config="+stageConfig,
 		"--manage-nodes-with-annotation-selector="+KwokNodeAnnotation+"=fake",
+		// kwok keeps a lease per node, as kubelets do, so the node lifecycle
+		// controller sees them alive; the heartbeat-with-lease stage refreshes
+		// the node status only every ten minutes. (kwok's own default applies only
+		// with a kwok configuration file.)
+		"--node-lease-duration-seconds=40",
 		"--node-ip=127.0.0.1",
 		"--cidr="+podCIDR,
 	); err != nil {

@@ -220,6 +220,19 @@ func TestDefaultPoolNodesAreReady(t *testing.T) {
 	for name := range want {
 		t.Errorf("node %s of the default pools is missing", name)
 	}
+
+	// kwok renews a lease per node, as a kubelet does; without it the node
+	// lifecycle controller would mark the nodes unknown within a minute.
+	for _, n := range Nodes(DefaultNodePools()) {
+		lease, err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("lease of node %s: %v", n.Name, err)
+			continue
+		}
+		if lease.Spec.RenewTime == nil || time.Since(lease.Spec.RenewTime.Time) > time.Minute {
+			t.Errorf("lease of node %s renewed at %v, want within the last minute", n.Name, lease.Spec.RenewTime)
+		}
+	}
 }
 
 // gpuPodSpec is a pod that needs gpus GPUs of one of products: a model server
