@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/aiinference/operator/internal/manager"
+	"github.com/aiinference/operator/internal/webhook"
 )
 
 func main() {
@@ -19,11 +20,32 @@ func main() {
 	flag.BoolVar(&opts.LeaderElection, "leader-elect", false, "Elect a leader, so only one of several operator replicas acts at a time.")
 	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election lease; defaults to the pod's namespace.")
 	flag.StringVar(&opts.LoaderImage, "loader-image", manager.DefaultLoaderImage, "Image of the model loader init container.")
+	var webhooks bool
+	wh := webhook.Options{CertMode: webhook.CertSelfManaged}
+	var webhookService string
+	flag.BoolVar(&webhooks, "webhooks", false, "Serve the admission and conversion webhooks (needed in a cluster that serves v1alpha1; config/webhook turns it on).")
+	flag.IntVar(&wh.Port, "webhook-port", webhook.DefaultPort, "Port the webhook server listens on.")
+	flag.StringVar(&wh.CertDir, "webhook-cert-dir", webhook.DefaultCertDir, "Folder of the webhook's tls.crt and tls.key; reloaded when they change.")
+	flag.StringVar((*string)(&wh.CertMode), "webhook-cert-mode", string(webhook.CertSelfManaged), "Who issues the webhook certificate: self-managed (the operator's own CA, rotated) or cert-manager (mounted at --webhook-cert-dir).")
+	flag.StringVar(&wh.SecretNamespace, "webhook-namespace", os.Getenv("POD_NAMESPACE"), "Namespace of the webhook Service and certificate Secret; defaults to $POD_NAMESPACE.")
+	flag.StringVar(&wh.SecretName, "webhook-secret-name", webhook.DefaultSecretName, "Secret holding the self-managed CA and serving certificate.")
+	flag.StringVar(&webhookService, "webhook-service-name", "aiinference-webhook-service", "Service the API server calls the webhooks through; the certificate is issued for <service>.<namespace>.svc.")
+	flag.StringVar(&wh.DNSName, "webhook-dns-name", "", "Name the certificate is issued for instead of the Service's (e.g. localhost when the operator runs outside the cluster).")
+	flag.StringVar(&wh.CRDName, "webhook-crd-name", webhook.DefaultCRDName, "CRD whose conversion webhook gets the CA bundle.")
+	flag.StringVar(&wh.MutatingConfigName, "webhook-mutating-config", webhook.DefaultMutatingConfigName, "MutatingWebhookConfiguration that gets the CA bundle.")
+	flag.StringVar(&wh.ValidatingConfigName, "webhook-validating-config", webhook.DefaultValidatingConfigName, "ValidatingWebhookConfiguration that gets the CA bundle.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
+
+	if webhooks {
+		if wh.DNSName == "" {
+			wh.DNSName = webhookService + "." + wh.SecretNamespace + ".svc"
+		}
+		opts.Webhook = &wh
+	}
 
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
@@ -35,7 +57,7 @@ func main() {
 		log.Error(err, "Unable to create the manager")
 		os.Exit(1)
 	}
-	log.Info("Starting the AIInference operator", "loaderImage", opts.LoaderImage, "leaderElection", opts.LeaderElection)
+	log.Info("Starting the AIInference operator", "loaderImage", opts.LoaderImage, "leaderElection", opts.LeaderElection, "webhooks", webhooks)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "The manager stopped with an error")
 		os.Exit(1)

@@ -21,7 +21,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
+	servingv1alpha1 "github.com/aiinference/operator/api/v1alpha1"
 	"github.com/aiinference/operator/internal/controller/aiinference"
+	"github.com/aiinference/operator/internal/webhook"
 )
 
 // DefaultLoaderImage is the model loader image the operator puts in every pod.
@@ -35,6 +37,9 @@ type Options struct {
 	// LeaderElectionNamespace is where the lease lives; empty means the pod's namespace.
 	LeaderElectionNamespace string
 	LoaderImage             string
+	// Webhook, when set, serves the admission and conversion webhooks (and manages
+	// their certificate); readiness then waits for them. Nil runs without webhooks.
+	Webhook *webhook.Options
 }
 
 // Scheme knows the built-in types and the AIInference API.
@@ -42,6 +47,7 @@ func Scheme() *runtime.Scheme {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(servingv1.AddToScheme(scheme))
+	utilruntime.Must(servingv1alpha1.AddToScheme(scheme))
 	return scheme
 }
 
@@ -80,6 +86,15 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	}
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return nil, err
+	}
+	if opts.Webhook != nil {
+		ready, err := webhook.Setup(mgr, *opts.Webhook)
+		if err != nil {
+			return nil, fmt.Errorf("setting up the webhooks: %w", err)
+		}
+		if err := mgr.AddReadyzCheck("webhook", ready); err != nil {
+			return nil, err
+		}
 	}
 	r := &aiinference.Reconciler{
 		Client:    mgr.GetClient(),
