@@ -46,11 +46,25 @@ install: ## Install the CRD into the cluster of the current KUBECONFIG
 
 .PHONY: tools
 tools: ## Build (or reuse) every real binary the tests need
-	hack/tools/build.sh all
+	hack/tools/build.sh envtest cluster s3 >/dev/null
 
 .PHONY: test
 test: tools vet ## Everything CI runs: unit, envtest integration, loader and end-to-end tests
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./... -count=1 -timeout 40m
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./... -count=1 -timeout 45m
+
+.PHONY: test-e2e
+test-e2e: ## Only the end-to-end tests on a local cluster with simulated GPU nodes
+	go test ./test/e2e/... -count=1 -timeout 30m -v
+
+##@ Demo
+
+.PHONY: demo
+demo: ## Local GPU cluster + operator + samples, shown going Pending -> Loading -> Ready
+	hack/demo.sh
+
+.PHONY: demo-down
+demo-down: ## Stop the demo's operator and local cluster
+	hack/demo.sh down
 
 ##@ Local cluster
 

@@ -287,6 +287,9 @@ func start(ctx context.Context, opts Options, binDir, stageDir string, pools []N
 		// controller fights kwok over the node TTL annotation. Keep nodelifecycle: it
 		// lifts the not-ready taint from new nodes.
 		"--controllers=*,-nodeipam,-ttl",
+		// On a busy 2-core machine kwok's lease renewals can lag; a simulated node
+		// should not be declared dead (and its pods unready) for that.
+		"--node-monitor-grace-period=5m",
 		"--service-account-private-key-file="+sec.saKey,
 		"--root-ca-file="+sec.caCert,
 		"--cluster-signing-cert-file="+sec.caCert,

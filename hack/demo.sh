@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The demo: a local cluster with simulated GPU nodes, the operator running against
+# it, and the samples going Pending -> Loading -> Ready. Safe to run again.
+#   hack/demo.sh        bring it all up (make demo)
+#   hack/demo.sh down   stop the operator and the cluster (make demo-down)
+set -euo pipefail
+shopt -s inherit_errexit
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+state_dir=${AIINFERENCE_DEMO_STATE:-${XDG_CACHE_HOME:-$HOME/.cache}/aiinference-operator/localcluster}
+operator_pid_file="$state_dir/operator.pid"
+operator_log="$state_dir/operator.log"
+namespace=demo
+
+stop_operator() {
+	if [ -f "$operator_pid_file" ]; then
+		local pid
+		pid=$(cat "$operator_pid_file")
+		# Only end the process we started: check it is our operator binary.
+		if [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "$root/bin/manager"; then
+			kill "$pid" 2>/dev/null || true
+			for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+		fi
+		rm -f "$operator_pid_file"
+	fi
+}
+
+if [ "${1:-up}" = down ]; then
+	stop_operator
+	go run ./cmd/localcluster down --state-dir "$state_dir"
+	exit 0
+fi
+
+echo "==> Building the operator and the cluster command"
+go build -o bin/manager ./cmd/manager
+go build -o bin/localcluster ./cmd/localcluster
+
+echo "==> Starting the local cluster (the first run builds Kubernetes from source: ~20 minutes on 2 cores)"
+bin/localcluster up --state-dir "$state_dir" --nodes config/localcluster/nodepool.yaml
+KUBECONFIG=$(bin/localcluster kubeconfig --state-dir "$state_dir")
+export KUBECONFIG
+PATH="$(hack/tools/build.sh cluster):$PATH"
+
+echo "==> Installing the CRD"
+kubectl apply --server-side -f config/crd/bases >/dev/null
+kubectl wait --for=condition=Established crd/aiinferences.serving.aiinference.io --timeout=60s >/dev/null
+
+echo "==> Starting the operator (log: $operator_log)"
+stop_operator
+nohup bin/manager --metrics-bind-address=0 --health-probe-bind-address=127.0.0.1:0 \
+	--loader-image=ghcr.io/aiinference/model-loader:v0.1.0 >>"$operator_log" 2>&1 &
+echo $! >"$operator_pid_file"
+
+echo "==> Applying the samples in namespace $namespace"
+kubectl create namespace "$namespace" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl apply -f config/localcluster/demo-volume.yaml >/dev/null
+kubectl apply -n "$namespace" -k config/samples
+
+echo "==> Watching them (kubectl get aii -n $namespace)"
+last=""
+deadline=$((SECONDS + 300))
+while :; do
+	table=$(kubectl get aii -n "$namespace" 2>&1)
+	if [ "$table" != "$last" ]; then
+		echo "$table"
+		echo
+		last=$table
+	fi
+	if kubectl wait --for=condition=Ready aii --all -n "$namespace" --timeout=1s >/dev/null 2>&1; then
+		break
+	fi
+	if [ $SECONDS -ge $deadline ]; then
+		echo "Not Ready after 5 minutes; see kubectl describe aii -n $namespace and $operator_log" >&2
+		exit 1
+	fi
+	sleep 1
+done
+kubectl get aii -n "$namespace" -o wide
+kubectl get pods -n "$namespace" -o wide
+
+cat <<MSG
+
+The cluster and the operator keep running. To use them:
+  export KUBECONFIG=$KUBECONFIG
+  export PATH=$(hack/tools/build.sh cluster):\$PATH
+  kubectl get aii -A
+  kubectl describe aii -n $namespace llama-chat
+To stop everything: make demo-down
+MSG
