@@ -157,7 +157,10 @@ func mergeOptions(file loadspec.Config, fv flagValues, set map[string]bool) (Opt
 	if set["fsync"] {
 		o.Fsync = fv.fsync
 	}
-	o.CheckMultipartETag = fv.checkMultipart
+	o.CheckMultipartETag = !o.SkipMultipartETagCheck
+	if set["check-multipart-etag"] {
+		o.CheckMultipartETag = fv.checkMultipart
+	}
 
 	if o.Concurrency == 0 {
 		o.Concurrency = DefaultConcurrency

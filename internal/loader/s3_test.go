@@ -514,3 +514,20 @@ func TestSHA256Manifest(t *testing.T) {
 	}
 	assertSameTree(t, dest)
 }
+
+func TestMultipartETagUncheckedSaysSo(t *testing.T) {
+	needServer(t)
+	dest := filepath.Join(t.TempDir(), "model")
+	o := testOptions("s3://models/mp/llama", dest)
+	o.CheckMultipartETag = false
+	s, err := runInProcess(t, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertSameTree(t, dest)
+	// The three shards were multipart uploads: checked by size only, and the
+	// summary says so.
+	if s.Verified || s.Checks[checkSize] != 3 || s.Checks[checkMD5] != treeFiles-3 {
+		t.Errorf("summary %+v: want 3 files checked by size only and verified false", s)
+	}
+}

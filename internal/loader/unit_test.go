@@ -207,9 +207,25 @@ func TestMergeOptions(t *testing.T) {
 				}
 				return ""
 			}},
+		{name: "file turns the multipart check off, a flag back on", file: loadspec.Config{Source: "s3://b/m", Dest: "/d", SkipMultipartETagCheck: true, Fsync: true},
+			fv: flagValues{checkMultipart: true}, set: []string{"check-multipart-etag"},
+			check: func(o Options) string {
+				if !o.CheckMultipartETag || !o.Fsync {
+					return fmt.Sprintf("%+v", o)
+				}
+				return ""
+			}},
+		{name: "file turns the multipart check off", file: loadspec.Config{Source: "s3://b/m", Dest: "/d", SkipMultipartETagCheck: true},
+			check: func(o Options) string {
+				if o.CheckMultipartETag {
+					return fmt.Sprintf("%+v", o)
+				}
+				return ""
+			}},
 		{name: "defaults", fv: flagValues{source: "file:///m", dest: "/d"}, set: []string{"source", "dest"},
 			check: func(o Options) string {
-				if o.Concurrency != DefaultConcurrency || o.PartSizeBytes != DefaultPartSize || o.Timeout.Duration != DefaultTimeout {
+				if o.Concurrency != DefaultConcurrency || o.PartSizeBytes != DefaultPartSize || o.Timeout.Duration != DefaultTimeout ||
+					!o.CheckMultipartETag || o.Fsync {
 					return fmt.Sprintf("%+v", o)
 				}
 				return ""

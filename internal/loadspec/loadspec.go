@@ -59,6 +59,11 @@ type Config struct {
 	// data the crash lost. An emptyDir dies with the pod and needs no flush, which
 	// costs disk bandwidth.
 	Fsync bool `json:"fsync,omitempty"`
+	// SkipMultipartETagCheck leaves the ETags of multipart-uploaded S3 objects
+	// unchecked (they are then checked by size, unless the sha256 manifest covers
+	// them). Checking hashes every byte (MD5, about one core-second per 650 MB),
+	// which a loader held to a small CPU limit may not afford.
+	SkipMultipartETagCheck bool `json:"skipMultipartETagCheck,omitempty"`
 }
 
 // S3Options are the S3-specific settings.
