@@ -48,7 +48,7 @@ kubectl wait --for=condition=Established crd/aiinferences.serving.aiinference.io
 
 echo "==> Starting the operator (log: $operator_log)"
 stop_operator
-nohup bin/manager --metrics-bind-address=0 --health-probe-bind-address=127.0.0.1:0 \
+nohup "$root/bin/manager" --metrics-bind-address=0 --health-probe-bind-address=127.0.0.1:0 \
 	--loader-image=ghcr.io/aiinference/model-loader:v0.1.0 >>"$operator_log" 2>&1 &
 echo $! >"$operator_pid_file"
 
