@@ -1,4 +1,4 @@
-package webhook
+package webhook_test
 
 import (
 	corev1 "k8s.io/api/core/v1"

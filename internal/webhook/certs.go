@@ -157,6 +157,8 @@ func addRotation(mgr manager.Manager, opts Options, certsReady chan struct{}) er
 		DNSName:        opts.DNSName,
 		ExtraDNSNames:  opts.ExtraDNSNames,
 		IsReady:        rotatorReady,
+		// Named after its Secret: controller names are unique within a process.
+		ControllerName: "webhook-cert-rotator-" + opts.SecretName,
 		FieldOwner:     "aiinference-operator",
 		Webhooks: []rotator.WebhookInfo{
 			{Name: opts.CRDName, Type: rotator.CRDConversion},

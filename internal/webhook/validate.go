@@ -323,7 +323,7 @@ func validateTolerations(ts []corev1.Toleration, path *field.Path) field.ErrorLi
 		p := path.Index(i)
 		key := corev1.Toleration{Key: t.Key, Operator: t.Operator, Value: t.Value, Effect: t.Effect}
 		if first, dup := seen[key]; dup {
-			errs = append(errs, field.Duplicate(p, fmt.Sprintf("the same toleration as %s; remove one of them", path.Index(first))))
+			errs = append(errs, field.Invalid(p, t.Key, fmt.Sprintf("the same toleration as %s; remove one of them", path.Index(first))))
 			continue
 		}
 		seen[key] = i
