@@ -1,0 +1,90 @@
+package webhook_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	servingv1alpha1 "github.com/aiinference/operator/api/v1alpha1"
+	"github.com/aiinference/operator/internal/testutil"
+	"github.com/aiinference/operator/internal/webhook"
+)
+
+// Every AIInference sample, of either version, passes the validating webhooks
+// without a warning, and the v1alpha1 sample describes the same model as its v1
+// counterpart.
+func TestSamplesAreValid(t *testing.T) {
+	root, err := testutil.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(root, "config", "samples", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]any{}
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			var raw map[string]any
+			if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v", file, err)
+			}
+			if raw["kind"] != "AIInference" {
+				continue
+			}
+			doc, _ := yaml.Marshal(raw)
+			var warnings []string
+			switch raw["apiVersion"] {
+			case "serving.aiinference.io/v1":
+				obj := &servingv1.AIInference{}
+				if err := yaml.UnmarshalStrict(doc, obj); err != nil {
+					t.Fatalf("%s: %v", file, err)
+				}
+				warnings, err = webhook.ValidatorV1{}.ValidateCreate(context.Background(), obj)
+				byName[obj.Name] = obj
+			case "serving.aiinference.io/v1alpha1":
+				obj := &servingv1alpha1.AIInference{}
+				if err := yaml.UnmarshalStrict(doc, obj); err != nil {
+					t.Fatalf("%s: %v", file, err)
+				}
+				warnings, err = webhook.ValidatorV1Alpha1{}.ValidateCreate(context.Background(), obj)
+				byName[obj.Name] = obj
+			default:
+				t.Fatalf("%s: unknown apiVersion %v", file, raw["apiVersion"])
+			}
+			if err != nil || len(warnings) > 0 {
+				t.Errorf("%s: %v, warnings %v", filepath.Base(file), err, warnings)
+			}
+		}
+	}
+	alpha, ok1 := byName["llama-chat-v1alpha1"].(*servingv1alpha1.AIInference)
+	v1obj, ok2 := byName["llama-chat"].(*servingv1.AIInference)
+	if !ok1 || !ok2 {
+		t.Fatalf("samples llama-chat (v1) and llama-chat-v1alpha1 not found among %d", len(byName))
+	}
+	hub := &servingv1.AIInference{}
+	if err := alpha.ConvertTo(hub); err != nil {
+		t.Fatal(err)
+	}
+	if hub.Spec.Model.Name != v1obj.Spec.Model.Name || hub.Spec.Model.Source.S3.Bucket != v1obj.Spec.Model.Source.S3.Bucket ||
+		hub.Spec.Model.Source.S3.Prefix != v1obj.Spec.Model.Source.S3.Prefix || hub.Spec.GPU.Count != v1obj.Spec.GPU.Count ||
+		hub.Spec.GPU.Products[0] != v1obj.Spec.GPU.Products[0] || !strings.EqualFold(string(hub.Spec.Engine.Type), string(v1obj.Spec.Engine.Type)) {
+		t.Errorf("the v1alpha1 sample no longer describes the v1 sample's model:\n%+v\n%+v", hub.Spec, v1obj.Spec)
+	}
+}
