@@ -32,7 +32,7 @@ const (
 type faultProxy struct {
 	srv      *httptest.Server
 	plan     func(n int) fault
-	rate     int64 // bytes per second per response, 0 for no limit
+	rate     atomic.Int64 // bytes per second per response, 0 for no limit
 	gets     atomic.Int64
 	mu       sync.Mutex
 	faults   map[fault]int
@@ -56,8 +56,8 @@ func newFaultProxy(target string, plan func(n int) fault) *faultProxy {
 			resp.Body = &cutReader{r: resp.Body, left: resp.ContentLength / 2}
 		case f == stallBody && resp.ContentLength > 1:
 			resp.Body = &stallReader{r: resp.Body, left: resp.ContentLength / 3, done: ctx.Done(), record: p.recordStall}
-		case p.rate > 0:
-			resp.Body = &slowReader{r: resp.Body, rate: p.rate}
+		case p.rate.Load() > 0:
+			resp.Body = &slowReader{r: resp.Body, rate: p.rate.Load()}
 		}
 		return nil
 	}

@@ -286,7 +286,7 @@ func TestResumeAfterKill(t *testing.T) {
 	// A slow link (about 4 MB/s per request) so that the loader is surely
 	// mid-download when it is killed.
 	proxy := newFaultProxy(srv.Endpoint, nil)
-	proxy.rate = 4 << 20
+	proxy.rate.Store(4 << 20)
 	defer proxy.Close()
 	dest := filepath.Join(t.TempDir(), "model")
 	args := []string{"--source", "s3://models/mp/llama", "--dest", dest, "--path-style", "--region", "us-east-1",
