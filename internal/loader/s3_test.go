@@ -531,3 +531,21 @@ func TestMultipartETagUncheckedSaysSo(t *testing.T) {
 		t.Errorf("summary %+v: want 3 files checked by size only and verified false", s)
 	}
 }
+
+func TestSingleObjectSource(t *testing.T) {
+	needServer(t)
+	dest := filepath.Join(t.TempDir(), "model")
+	name := "model-00003-of-00003.safetensors"
+	s, err := runInProcess(t, testOptions("s3://models/mp/llama/"+name, dest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := os.ReadFile(filepath.Join(srcTree, name))
+	got, err := os.ReadFile(filepath.Join(dest, name))
+	if err != nil || !bytes.Equal(want, got) {
+		t.Fatalf("content differs (%v)", err)
+	}
+	if s.Files != 1 || s.BytesFetched != int64(len(want)) || s.Checks[checkMultipart] != 1 {
+		t.Errorf("summary %+v", s)
+	}
+}
