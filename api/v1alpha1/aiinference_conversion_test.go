@@ -46,7 +46,14 @@ func roundTrips(t *testing.T) int {
 // quantities in canonical form (from apimachinery's own fuzzer functions).
 func filler(t *testing.T) *randfill.Filler {
 	seed := time.Now().UnixNano()
-	t.Logf("random seed %d", seed)
+	if s := os.Getenv("CONVERSION_FUZZ_SEED"); s != "" {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("CONVERSION_FUZZ_SEED=%q: %v", s, err)
+		}
+		seed = v
+	}
+	t.Logf("random seed %d (CONVERSION_FUZZ_SEED=%d repeats this run)", seed, seed)
 	scheme := runtime.NewScheme()
 	codecs := runtimeserializer.NewCodecFactory(scheme)
 	funcs := fuzzer.MergeFuzzerFuncs(metafuzzer.Funcs, func(runtimeserializer.CodecFactory) []any {
@@ -110,12 +117,17 @@ func filler(t *testing.T) *randfill.Filler {
 
 func TestRoundTripV1Alpha1ToV1ToV1Alpha1(t *testing.T) {
 	f := filler(t)
-	for i := range roundTrips(t) {
+	annotated := 0
+	n := roundTrips(t)
+	for i := range n {
 		before := &AIInference{}
 		f.Fill(before)
 		hub := &servingv1.AIInference{}
 		if err := before.DeepCopy().ConvertTo(hub); err != nil {
 			t.Fatalf("object %d: v1alpha1 to v1: %v", i, err)
+		}
+		if _, ok := hub.Annotations[AnnotationV1Alpha1Fields]; ok {
+			annotated++
 		}
 		after := &AIInference{}
 		if err := after.ConvertFrom(hub.DeepCopy()); err != nil {
@@ -125,16 +137,33 @@ func TestRoundTripV1Alpha1ToV1ToV1Alpha1(t *testing.T) {
 			t.Fatalf("object %d changed in the round trip v1alpha1 -> v1 -> v1alpha1 (-before +after):\n%s", i, cmp.Diff(before, after))
 		}
 	}
+	// Both paths ran: objects v1 holds exactly, and objects that needed the annotation.
+	t.Logf("%d of %d objects needed the %s annotation on v1", annotated, n, AnnotationV1Alpha1Fields)
+	if annotated == 0 || annotated == n {
+		t.Errorf("%d of %d objects needed the annotation: the random objects do not cover both cases", annotated, n)
+	}
 }
 
 func TestRoundTripV1ToV1Alpha1ToV1(t *testing.T) {
 	f := filler(t)
-	for i := range roundTrips(t) {
+	annotated := 0
+	n := roundTrips(t)
+	for i := range n {
 		before := &servingv1.AIInference{}
 		f.Fill(before)
+		expressible := i%4 == 0
+		if expressible {
+			keepOnlyWhatV1Alpha1Expresses(before)
+		}
 		spoke := &AIInference{}
 		if err := spoke.ConvertFrom(before.DeepCopy()); err != nil {
 			t.Fatalf("object %d: v1 to v1alpha1: %v", i, err)
+		}
+		if _, ok := spoke.Annotations[AnnotationV1Fields]; ok {
+			annotated++
+			if expressible {
+				t.Fatalf("object %d: v1alpha1 can express it, yet it got the annotation %s", i, spoke.Annotations[AnnotationV1Fields])
+			}
 		}
 		after := &servingv1.AIInference{}
 		if err := spoke.DeepCopy().ConvertTo(after); err != nil {
@@ -144,6 +173,24 @@ func TestRoundTripV1ToV1Alpha1ToV1(t *testing.T) {
 			t.Fatalf("object %d changed in the round trip v1 -> v1alpha1 -> v1 (-before +after):\n%s", i, cmp.Diff(before, after))
 		}
 	}
+	t.Logf("%d of %d objects needed the %s annotation on v1alpha1", annotated, n, AnnotationV1Fields)
+	if annotated == 0 || annotated == n {
+		t.Errorf("%d of %d objects needed the annotation: the random objects do not cover both cases", annotated, n)
+	}
+}
+
+// keepOnlyWhatV1Alpha1Expresses clears or rounds what v1alpha1 has no place for.
+func keepOnlyWhatV1Alpha1Expresses(o *servingv1.AIInference) {
+	s := &o.Spec
+	s.Model.Revision, s.Model.SHA256Manifest = "", ""
+	s.Model.Source = sourceFromLocation(locationOf(s.Model.Source))
+	s.Engine.Env, s.Engine.Port = nil, 0
+	s.GPU.Products = productsFrom(firstProduct(s.GPU.Products))
+	s.Cache, s.ServiceAccountName, s.PodMetadata, s.ImagePullSecrets = nil, "", nil, nil
+	s.Loading.Timeout = durationFrom(secondsOf(s.Loading.Timeout), nil)
+	s.Loading.Backoff = durationFrom(secondsOf(s.Loading.Backoff), nil)
+	st := &o.Status
+	st.Ready, st.GPU, st.ModelLoaded, st.LoadRetries, st.LastLoad, st.LastFailure = "", "", false, 0, nil, nil
 }
 
 // The source of a conversion is never modified.

@@ -63,8 +63,13 @@ func (ValidatorV1) ValidateCreate(_ context.Context, obj *servingv1.AIInference)
 	return result(obj.Name, v1Paths)(validate(obj, v1Paths))
 }
 
-func (ValidatorV1) ValidateUpdate(_ context.Context, _, obj *servingv1.AIInference) (admission.Warnings, error) {
-	return result(obj.Name, v1Paths)(validate(obj, v1Paths))
+// ValidateUpdate refuses only problems the update brings in, so that an object
+// admitted before a rule existed can still be edited (or its finalizers removed)
+// without first fixing what it already had.
+func (ValidatorV1) ValidateUpdate(_ context.Context, oldObj, obj *servingv1.AIInference) (admission.Warnings, error) {
+	_, oldErrs := validate(oldObj, v1Paths)
+	warnings, errs := validate(obj, v1Paths)
+	return result(obj.Name, v1Paths)(warnings, newProblems(oldErrs, errs))
 }
 
 func (ValidatorV1) ValidateDelete(context.Context, *servingv1.AIInference) (admission.Warnings, error) {
@@ -75,26 +80,49 @@ func (ValidatorV1) ValidateDelete(context.Context, *servingv1.AIInference) (admi
 type ValidatorV1Alpha1 struct{}
 
 func (ValidatorV1Alpha1) ValidateCreate(_ context.Context, obj *servingv1alpha1.AIInference) (admission.Warnings, error) {
-	return validateV1Alpha1(obj)
+	return validateV1Alpha1(nil, obj)
 }
 
-func (ValidatorV1Alpha1) ValidateUpdate(_ context.Context, _, obj *servingv1alpha1.AIInference) (admission.Warnings, error) {
-	return validateV1Alpha1(obj)
+// ValidateUpdate refuses only problems the update brings in, as for v1.
+func (ValidatorV1Alpha1) ValidateUpdate(_ context.Context, oldObj, obj *servingv1alpha1.AIInference) (admission.Warnings, error) {
+	return validateV1Alpha1(oldObj, obj)
 }
 
 func (ValidatorV1Alpha1) ValidateDelete(context.Context, *servingv1alpha1.AIInference) (admission.Warnings, error) {
 	return nil, nil
 }
 
-func validateV1Alpha1(obj *servingv1alpha1.AIInference) (admission.Warnings, error) {
+func validateV1Alpha1(oldObj, obj *servingv1alpha1.AIInference) (admission.Warnings, error) {
 	hub := &servingv1.AIInference{}
 	if err := obj.DeepCopy().ConvertTo(hub); err != nil {
-		return nil, apierrors.NewInvalid(obj.GroupVersionKind().GroupKind(), obj.Name, field.ErrorList{
+		return result(obj.Name, v1alpha1Paths)(nil, field.ErrorList{
 			field.Invalid(field.NewPath("metadata", "annotations").Key(servingv1alpha1.AnnotationV1Fields), "", err.Error()+"; remove the annotation"),
 		})
 	}
 	warnings, errs := validate(hub, v1alpha1Paths)
+	if oldObj != nil {
+		oldHub := &servingv1.AIInference{}
+		if err := oldObj.DeepCopy().ConvertTo(oldHub); err == nil {
+			_, oldErrs := validate(oldHub, v1alpha1Paths)
+			errs = newProblems(oldErrs, errs)
+		}
+	}
 	return result(obj.Name, v1alpha1Paths)(warnings, errs)
+}
+
+// newProblems are the problems of errs that oldErrs does not have.
+func newProblems(oldErrs, errs field.ErrorList) field.ErrorList {
+	had := make(map[string]bool, len(oldErrs))
+	for _, e := range oldErrs {
+		had[e.Error()] = true
+	}
+	var added field.ErrorList
+	for _, e := range errs {
+		if !had[e.Error()] {
+			added = append(added, e)
+		}
+	}
+	return added
 }
 
 // result turns the findings into the admission answer: an Invalid API error that

@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
 	servingv1 "github.com/aiinference/operator/api/v1"
 	servingv1alpha1 "github.com/aiinference/operator/api/v1alpha1"
 	"github.com/aiinference/operator/internal/engine"
@@ -94,5 +97,34 @@ func TestDefaulterSetsTheEnginePort(t *testing.T) {
 	_ = (webhook.Defaulter{}).Default(context.Background(), obj)
 	if obj.Spec.Engine.Port != 9000 {
 		t.Errorf("a set port was changed to %d", obj.Spec.Engine.Port)
+	}
+}
+
+// An update is refused only for problems it brings in: an object admitted before
+// a rule existed stays editable.
+func TestUpdatesAreRefusedOnlyForNewProblems(t *testing.T) {
+	ctx := context.Background()
+	old := withArgs(servingv1.EngineVLLM, "--port=9000")
+	relabelled := old.DeepCopy()
+	relabelled.Labels = map[string]string{"team": "ml"}
+	if _, err := (webhook.ValidatorV1{}).ValidateUpdate(ctx, old, relabelled); err != nil {
+		t.Errorf("a label change on an object with an old problem was refused: %v", err)
+	}
+	worse := relabelled.DeepCopy()
+	worse.Spec.Engine.Env = []corev1.EnvVar{{Name: "CUDA_VISIBLE_DEVICES", Value: "0"}}
+	_, err := (webhook.ValidatorV1{}).ValidateUpdate(ctx, old, worse)
+	if err == nil || !strings.Contains(err.Error(), "CUDA_VISIBLE_DEVICES") || strings.Contains(err.Error(), "--port") {
+		t.Errorf("want only the new problem reported, got %v", err)
+	}
+
+	oldAlpha := validV1Alpha1(func(o *servingv1alpha1.AIInference) { o.Spec.EngineArgs = []string{"--port=1"} })
+	newAlpha := oldAlpha.DeepCopy()
+	newAlpha.Spec.Replicas = ptr.To[int32](2)
+	if _, err := (webhook.ValidatorV1Alpha1{}).ValidateUpdate(ctx, oldAlpha, newAlpha); err != nil {
+		t.Errorf("v1alpha1: a replica change on an object with an old problem was refused: %v", err)
+	}
+	newAlpha.Spec.EngineArgs = append(newAlpha.Spec.EngineArgs, "-tp", "2")
+	if _, err := (webhook.ValidatorV1Alpha1{}).ValidateUpdate(ctx, oldAlpha, newAlpha); err == nil || !strings.Contains(err.Error(), `"-tp"`) {
+		t.Errorf("v1alpha1: want the new -tp refused, got %v", err)
 	}
 }
