@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -203,7 +204,7 @@ func ensureSecret(mgr manager.Manager, opts Options) error {
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: opts.SecretName, Namespace: opts.SecretNamespace}}
 	err = c.Get(ctx, client.ObjectKeyFromObject(secret), secret)
 	if apierrors.IsNotFound(err) {
-		ctrl.Log.WithName("webhook").Info("Creating the webhook certificate Secret", "secret", klogRef(secret))
+		ctrl.Log.WithName("webhook").Info("Creating the webhook certificate Secret", "secret", klog.KObj(secret))
 		if err = c.Create(ctx, secret); apierrors.IsAlreadyExists(err) {
 			err = nil
 		}
@@ -315,5 +316,3 @@ func waitForFile(ctx context.Context, path string, ready chan struct{}) error {
 		}
 	}
 }
-
-func klogRef(o client.Object) string { return o.GetNamespace() + "/" + o.GetName() }
