@@ -179,6 +179,9 @@ func loaderConfig(obj *servingv1.AIInference) loadspec.Config {
 		Dest:           modelPath(obj),
 		Timeout:        loadspec.Duration{Duration: loadTimeout(obj)},
 		SHA256Manifest: obj.Spec.Model.SHA256Manifest,
+		// A PVC cache outlives the pod: its complete marker must never stand over
+		// data a node crash lost. An emptyDir dies with the pod and needs no flush.
+		Fsync: resolvedCache(obj).Type == servingv1.CachePVC,
 	}
 	src := obj.Spec.Model.Source
 	switch {
@@ -386,7 +389,8 @@ func loaderContainer(obj *servingv1.AIInference, opts Options) corev1.Container 
 		VolumeMounts:    mounts,
 		SecurityContext: restrictedSecurityContext(),
 		Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
+			// A core for hashing every byte it verifies; its buffers are bounded well under 256Mi.
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("256Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageReadFile,

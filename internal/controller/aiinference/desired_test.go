@@ -216,3 +216,14 @@ func TestPodMetadataCannotOverrideSelectorLabels(t *testing.T) {
 	g.Expect(tmpl.Annotations).To(HaveKeyWithValue("sidecar.istio.io/inject", "false"))
 	g.Expect(tmpl.Annotations).To(HaveKey(AnnotationTemplateHash))
 }
+
+func TestLoaderConfigFlushesOnlyLastingCaches(t *testing.T) {
+	obj := sampleInference()
+	if loaderConfig(obj).Fsync {
+		t.Error("an emptyDir cache is flushed")
+	}
+	obj.Spec.Cache = &servingv1.CacheSpec{Type: servingv1.CachePVC, PVC: &servingv1.CachePVCSpec{ClaimName: "cache"}}
+	if !loaderConfig(obj).Fsync {
+		t.Error("a PVC cache is not flushed")
+	}
+}
