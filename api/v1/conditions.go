@@ -40,6 +40,8 @@ const (
 	ReasonEngineStarting = "EngineStarting"
 	// ReasonEngineCrashLooping: the engine container keeps exiting.
 	ReasonEngineCrashLooping = "EngineCrashLooping"
+	// ReasonPodStartFailed: a container cannot start (image pull, bad configuration).
+	ReasonPodStartFailed = "PodStartFailed"
 	// ReasonRetryingLoad: a load failed and will be retried after a back-off.
 	ReasonRetryingLoad = "RetryingLoad"
 	// ReasonLoadFailed: a load failed permanently (see LastFailure for the loader's reason).

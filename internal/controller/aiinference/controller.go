@@ -163,6 +163,7 @@ var warningReasons = map[string]bool{
 	servingv1.ReasonRetriesExhausted:   true,
 	servingv1.ReasonRetryingLoad:       true,
 	servingv1.ReasonEngineCrashLooping: true,
+	servingv1.ReasonPodStartFailed:     true,
 	servingv1.ReasonUnschedulable:      true,
 	servingv1.ReasonSecretNotFound:     true,
 	servingv1.ReasonSecretKeyMissing:   true,

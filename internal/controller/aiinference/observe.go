@@ -37,6 +37,19 @@ type podView struct {
 	EngineReady bool
 	// EngineCrashLoop explains a crash-looping engine; empty otherwise.
 	EngineCrashLoop string
+	// StartFailure explains a container that cannot start (an image that cannot be
+	// pulled, a missing Secret key); empty otherwise.
+	StartFailure string
+}
+
+// startFailureReasons are the waiting reasons of a container that will not start
+// without a change: waiting on them would otherwise look like a slow start forever.
+var startFailureReasons = map[string]bool{
+	"ErrImagePull":               true,
+	"ImagePullBackOff":           true,
+	"InvalidImageName":           true,
+	"CreateContainerConfigError": true,
+	"CreateContainerError":       true,
 }
 
 // loaderExit is a failed loader run.
@@ -77,6 +90,11 @@ func observePod(pod *corev1.Pod, templateHash string) podView {
 			v.Unschedulable = c.Message
 		case c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue:
 			v.Scheduled = true
+		}
+	}
+	for _, cs := range append(append([]corev1.ContainerStatus(nil), pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+		if w := cs.State.Waiting; w != nil && startFailureReasons[w.Reason] && v.StartFailure == "" {
+			v.StartFailure = fmt.Sprintf("container %s: %s%s", cs.Name, w.Reason, suffix(w.Message))
 		}
 	}
 	for _, cs := range pod.Status.InitContainerStatuses {

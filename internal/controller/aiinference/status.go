@@ -220,6 +220,11 @@ func summarize(obj *servingv1.AIInference, obs observation, desired, ready int32
 			fmt.Sprintf("%s; loading failed on pod %s (%s: %s); %s", waiting, f.Pod, f.Reason, f.Message, next), false}
 	}
 	for _, p := range current {
+		if p.StartFailure != "" {
+			return phase, verdict{metav1.ConditionFalse, servingv1.ReasonPodStartFailed, fmt.Sprintf("%s; pod %s cannot start: %s; check the image names, imagePullSecrets and referenced Secrets", waiting, p.Name, p.StartFailure), false}
+		}
+	}
+	for _, p := range current {
 		if p.EngineCrashLoop != "" {
 			return phase, verdict{metav1.ConditionFalse, servingv1.ReasonEngineCrashLooping, fmt.Sprintf("%s; pod %s: %s; check the engine's logs and engine.args", waiting, p.Name, p.EngineCrashLoop), false}
 		}

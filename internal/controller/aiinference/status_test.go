@@ -6,6 +6,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -122,6 +123,11 @@ func TestComputeStatus(t *testing.T) {
 			obs:   observation{deployment: deploymentWith(1, 0, 1), pods: []podView{{Name: "a", Current: true, Scheduled: true, LoaderDone: true, EngineCrashLoop: "restarted 5 times"}}},
 			phase: servingv1.PhaseLoading, reason: servingv1.ReasonEngineCrashLooping, reconciling: true,
 		},
+		{
+			name: "an image that cannot be pulled is said", replicas: 1,
+			obs:   observation{deployment: deploymentWith(1, 0, 1), pods: []podView{{Name: "a", Current: true, Scheduled: true, StartFailure: "container model-loader: ImagePullBackOff"}}},
+			phase: servingv1.PhaseLoading, reason: servingv1.ReasonPodStartFailed, reconciling: true,
+		},
 		{name: "ready", replicas: 2, obs: observation{deployment: deploymentWith(2, 2, 2)}, phase: servingv1.PhaseReady, reason: servingv1.ReasonReady},
 		{name: "ready while rolling out", replicas: 2, obs: observation{deployment: deploymentWith(3, 2, 1)}, phase: servingv1.PhaseReady, reason: servingv1.ReasonReady, reconciling: true},
 		{name: "scaled to zero", replicas: 0, obs: observation{deployment: deploymentWith(0, 0, 0)}, phase: servingv1.PhaseReady, reason: servingv1.ReasonScaledToZero},
@@ -167,5 +173,20 @@ func TestComputeStatusIsStable(t *testing.T) {
 	again := computeStatus(obj, obs)
 	if !equality.Semantic.DeepEqual(obj.Status, again) {
 		t.Errorf("a second pass over the same observation changed the status:\n%+v\n%+v", obj.Status, again)
+	}
+}
+
+func TestObservePodSeesContainersThatCannotStart(t *testing.T) {
+	pod := corev1.Pod{Status: corev1.PodStatus{InitContainerStatuses: []corev1.ContainerStatus{{
+		Name:  LoaderContainerName,
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off pulling image \"loader:bad\""}},
+	}}}}
+	v := observePod(&pod, "")
+	if v.StartFailure != `container model-loader: ImagePullBackOff: Back-off pulling image "loader:bad"` {
+		t.Errorf("StartFailure = %q", v.StartFailure)
+	}
+	pod.Status.InitContainerStatuses[0].State.Waiting.Reason = "PodInitializing"
+	if v := observePod(&pod, ""); v.StartFailure != "" {
+		t.Errorf("a container that is merely starting is reported as failing: %q", v.StartFailure)
 	}
 }
