@@ -299,17 +299,12 @@ func (l *run) fetchPartOnce(ctx context.Context, t *fileTask, f *os.File, p part
 	if t.obj.UploadPartSize > 0 {
 		up = newUploadHasher(t.obj.UploadPartSize, t.obj.Size, p.Off)
 	}
-	// Buffers go to the writer pool as they fill, and this goroutine goes on
-	// reading: the network is never kept waiting by the disk, and only a few
-	// goroutines write (see writer).
-	w := &writeBatch{}
-	defer w.wait()
+	// The part is written as it arrives, one buffer at a time, straight from this
+	// goroutine: while it writes, the socket's receive buffer holds what comes in.
+	buf := <-l.bufs
+	defer func() { l.bufs <- buf }()
 	var got int64
 	for got < p.Len {
-		buf := <-l.bufs
-		// Time spent waiting for a free buffer (the disk behind) is no stall of
-		// the network: the watchdog counts from here.
-		watchdog.Reset(stall)
 		want := min(int64(len(buf)), p.Len-got)
 		n, rerr := readFull(body, buf[:want], func() { watchdog.Reset(stall) })
 		if n > 0 {
@@ -319,15 +314,15 @@ func (l *run) fetchPartOnce(ctx context.Context, t *fileTask, f *os.File, p part
 			if up != nil {
 				up.write(buf[:n])
 			}
-			w.add(l.writes, writeReq{f: f, path: t.obj.Path, buf: buf, n: n, off: p.Off + got})
+			if _, err := f.WriteAt(buf[:n], p.Off+got); err != nil {
+				return partResult{}, got, fileErr(t.obj.Path, err)
+			}
+			// A write held up by the kernel's writeback throttling is no stall of
+			// the network: the watchdog counts from here.
+			watchdog.Reset(stall)
 			got += int64(n)
 			l.fetched.Add(int64(n))
 			l.present.Add(int64(n))
-		} else {
-			l.bufs <- buf
-		}
-		if err := w.failed(); err != nil {
-			return partResult{}, got, err
 		}
 		if rerr != nil {
 			if rerr == io.EOF {
@@ -338,9 +333,6 @@ func (l *run) fetchPartOnce(ctx context.Context, t *fileTask, f *os.File, p part
 			}
 			return partResult{}, got, stalled(rerr)
 		}
-	}
-	if err := w.wait(); err != nil {
-		return partResult{}, got, err
 	}
 	var res partResult
 	if whole != nil {
@@ -637,68 +629,6 @@ func (l *run) hashRange(ctx context.Context, f *os.File, h hash.Hash, from, to i
 		}
 	}
 	return nil
-}
-
-// writeReq is one filled buffer to write at off; the writer returns buf to the pool.
-type writeReq struct {
-	f     *os.File
-	path  string
-	buf   []byte
-	n     int
-	off   int64
-	batch *writeBatch
-}
-
-// writeBatch tracks the writes of one part attempt.
-type writeBatch struct {
-	wg  sync.WaitGroup
-	mu  sync.Mutex
-	err error
-}
-
-func (b *writeBatch) add(writes chan<- writeReq, w writeReq) {
-	b.wg.Add(1)
-	w.batch = b
-	writes <- w
-}
-
-func (b *writeBatch) done(err error) {
-	if err != nil {
-		b.mu.Lock()
-		if b.err == nil {
-			b.err = err
-		}
-		b.mu.Unlock()
-	}
-	b.wg.Done()
-}
-
-func (b *writeBatch) failed() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.err
-}
-
-// wait blocks until every write of the batch is done, and returns the first error.
-func (b *writeBatch) wait() error {
-	b.wg.Wait()
-	return b.failed()
-}
-
-// writer serves writes from the pool's queue. Buffered writes to one file take the
-// file's inode lock, so many goroutines writing the same file spend more time
-// contending than copying (16 writers to one file on ext4 run at a tenth of the
-// speed of two): a few writers keep up with any network. A few rather than one:
-// the kernel throttles writers of dirty pages per thread.
-func (l *run) writer() {
-	for w := range l.writes {
-		_, err := w.f.WriteAt(w.buf[:w.n], w.off)
-		l.bufs <- w.buf
-		if err != nil {
-			err = fileErr(w.path, err)
-		}
-		w.batch.done(err)
-	}
 }
 
 // allocate sizes a new file, with its blocks reserved when the file system can

@@ -50,7 +50,9 @@ func tuneTransport(tr *http.Transport, concurrency int, stall time.Duration) {
 	tr.ResponseHeaderTimeout = stall
 	tr.ExpectContinueTimeout = time.Second
 	tr.DisableCompression = true
-	tr.ReadBufferSize = 256 << 10
+	// Below bufSize, so that body reads go straight into the loader's buffer
+	// instead of through one more copy in the connection's bufio.Reader.
+	tr.ReadBufferSize = 64 << 10
 	tr.WriteBufferSize = 64 << 10
 }
 
