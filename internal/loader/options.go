@@ -32,6 +32,11 @@ type Options struct {
 	// per 650 MB; without it such objects are checked by size alone (and the
 	// summary says so), unless a sha256 manifest covers them.
 	CheckMultipartETag bool
+	// StoreChecksums checks S3 objects against the checksum the store keeps
+	// (CRC64NVME, which AWS S3 adds to every new object, CRC32C, CRC32, SHA256,
+	// SHA1) when it has one: a CRC costs next to nothing, so this comes before the
+	// ETag checks. Off is for stores that report checksums they do not keep.
+	StoreChecksums bool
 }
 
 // Defaults for settings neither the file nor the flags give.
@@ -54,7 +59,7 @@ type flagValues struct {
 	timeout, stallTimeout                            time.Duration
 	progressInterval                                 time.Duration
 	terminationPath, credentialsDir                  string
-	fsync, checkMultipart                            bool
+	fsync, checkMultipart, storeChecksums            bool
 }
 
 // DefaultConfigPath is where the operator mounts the configuration.
@@ -84,6 +89,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, error) {
 	fset.BoolVar(&fv.fsync, "fsync", false, "flush every file to disk before it is renamed into place and the marker written (for a destination that outlives the pod)")
 	partial := func() Options { return Options{TerminationMessagePath: fv.terminationPath} }
 	fset.BoolVar(&fv.checkMultipart, "check-multipart-etag", true, "check the ETag of multipart-uploaded S3 objects by hashing each upload part (MD5, about one core-second per 650 MB); off, they are checked by size only")
+	fset.BoolVar(&fv.storeChecksums, "store-checksums", true, "check S3 objects against the checksum the store keeps (CRC64NVME, CRC32C, CRC32, SHA256, SHA1), when it has one, before any ETag check")
 	if err := fset.Parse(args); err != nil {
 		return partial(), &Error{Reason: loadspec.ReasonInvalidConfig, Err: err}
 	}
@@ -161,6 +167,7 @@ func mergeOptions(file loadspec.Config, fv flagValues, set map[string]bool) (Opt
 	if set["check-multipart-etag"] {
 		o.CheckMultipartETag = fv.checkMultipart
 	}
+	o.StoreChecksums = !set["store-checksums"] || fv.storeChecksums
 
 	if o.Concurrency == 0 {
 		o.Concurrency = DefaultConcurrency

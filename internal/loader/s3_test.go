@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
 	"github.com/aiinference/operator/internal/loader/s3test"
 	"github.com/aiinference/operator/internal/loadspec"
 )
@@ -86,12 +88,23 @@ func setup(tmp string) error {
 	if err := srv.MakeBucket(ctx, bucket); err != nil {
 		return err
 	}
-	// The same tree twice: large files as multipart uploads ("-N" ETags), and every
-	// file in one request (ETag = MD5).
-	if err := srv.UploadTree(ctx, srcTree, bucket, "mp/llama", 5<<20); err != nil {
-		return err
+	// The same tree in every shape a store may hold it: large files as multipart
+	// uploads ("-N" ETags) or every file in one request (ETag = MD5), each with
+	// the server's default checksum (CRC64NVME, as AWS S3 adds to every new
+	// object), or with one the client computed: composite CRC32C, full-object
+	// CRC32, SHA256 of single requests.
+	for prefix, layout := range map[string]s3test.Layout{
+		"mp/llama":     {PartSize: 5 << 20},
+		"single/llama": {},
+		"crc32c/llama": {PartSize: 5 << 20, Checksum: types.ChecksumAlgorithmCrc32c, ChecksumType: types.ChecksumTypeComposite},
+		"crc32/llama":  {PartSize: 5 << 20, Checksum: types.ChecksumAlgorithmCrc32, ChecksumType: types.ChecksumTypeFullObject},
+		"sha256/llama": {Checksum: types.ChecksumAlgorithmSha256},
+	} {
+		if err := srv.UploadTree(ctx, srcTree, bucket, prefix, layout); err != nil {
+			return fmt.Errorf("uploading %s: %w", prefix, err)
+		}
 	}
-	return srv.UploadTree(ctx, srcTree, bucket, "single/llama", 0)
+	return nil
 }
 
 func needServer(t *testing.T) {
@@ -117,6 +130,7 @@ func testOptions(source, dest string) Options {
 		},
 		ProgressInterval:   time.Second,
 		CheckMultipartETag: true,
+		StoreChecksums:     true,
 	}
 }
 
@@ -187,27 +201,37 @@ func assertSameTree(t *testing.T, dest string) {
 
 func TestDownloadEqualsSource(t *testing.T) {
 	needServer(t)
+	// Every file but the empty one, which is checked by its ETag (the MD5 of
+	// nothing) as the loader asks the store nothing about it.
+	all := func(check string) map[string]int { return map[string]int{check: treeFiles - 1, checkMD5: 1} }
 	for _, tc := range []struct {
-		name        string
-		source      string
-		concurrency int
-		partSize    int64
-		fsync       bool
-		wantChecks  map[string]int
+		name           string
+		source         string
+		concurrency    int
+		partSize       int64
+		fsync          bool
+		storeChecksums bool
+		wantChecks     map[string]int
 	}{
-		{"multipart ETags, default part size", "s3://models/mp/llama", 16, DefaultPartSize, false,
-			map[string]int{checkMultipart: 3, checkMD5: treeFiles - 3}},
-		{"single-part ETags, one request at a time, parts not dividing the files", "s3://models/single/llama", 1, 1<<20 + 333, false,
+		{"server's CRC64NVME, multipart uploads, default part size", "s3://models/mp/llama", 16, DefaultPartSize, false, true,
+			all("crc64nvme")},
+		{"server's CRC64NVME, single requests, odd parts, fsync", "s3://models/single/llama", 8, 2<<20 + 1, true, true,
+			all("crc64nvme")},
+		{"composite CRC32C, part size not a multiple of the upload parts", "s3://models/crc32c/llama", 5, 3<<20 + 17, false, true,
+			map[string]int{"crc32c-composite": 3, "crc32c": treeFiles - 4, checkMD5: 1}},
+		{"full-object CRC32 of multipart uploads, odd parts", "s3://models/crc32/llama/", 4, 1<<20 + 1, false, true,
+			all("crc32")},
+		{"SHA256 of single requests, read back in order", "s3://models/sha256/llama", 8, 1<<20 + 333, false, true,
+			all("sha256")},
+		{"single-part ETags, one request at a time, parts not dividing the files", "s3://models/single/llama", 1, 1<<20 + 333, false, false,
 			map[string]int{checkMD5: treeFiles}},
-		{"multipart ETags, part size not a multiple of the upload parts", "s3://models/mp/llama/", 5, 3<<20 + 17, false,
+		{"multipart ETags, part size not a multiple of the upload parts", "s3://models/mp/llama/", 5, 3<<20 + 17, false, false,
 			map[string]int{checkMultipart: 3, checkMD5: treeFiles - 3}},
-		{"single-part ETags, odd parts, fsync", "s3://models/single/llama", 8, 2<<20 + 1, true,
-			map[string]int{checkMD5: treeFiles}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dest := filepath.Join(t.TempDir(), "model")
 			o := testOptions(tc.source, dest)
-			o.Concurrency, o.PartSizeBytes, o.Fsync = tc.concurrency, tc.partSize, tc.fsync
+			o.Concurrency, o.PartSizeBytes, o.Fsync, o.StoreChecksums = tc.concurrency, tc.partSize, tc.fsync, tc.storeChecksums
 			s, err := runInProcess(t, o)
 			if err != nil {
 				t.Fatal(err)
@@ -281,48 +305,61 @@ func journalledBytes(t *testing.T, dest string) int64 {
 	return done
 }
 
+// A killed loader, started again, fetches only what its journal does not have,
+// and still checks every file: with CRCs of the parts kept in the journal
+// (the default) or MD5s of the upload parts (multipart ETags).
 func TestResumeAfterKill(t *testing.T) {
 	needServer(t)
-	// A slow link (about 4 MB/s per request) so that the loader is surely
-	// mid-download when it is killed.
-	proxy := newFaultProxy(srv.Endpoint, nil)
-	proxy.rate.Store(4 << 20)
-	defer proxy.Close()
-	dest := filepath.Join(t.TempDir(), "model")
-	args := []string{"--source", "s3://models/mp/llama", "--dest", dest, "--path-style", "--region", "us-east-1",
-		"--concurrency", "4", "--part-size", "1Mi", "--termination-message-path", filepath.Join(t.TempDir(), "t")}
-	cmd := exec.Command(loaderBin, append(args, "--endpoint", proxy.URL())...)
-	var log bytes.Buffer
-	cmd.Stderr = &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	// Kill it (SIGKILL: no chance to clean up) once a good part of the model is in.
-	deadline := time.Now().Add(60 * time.Second)
-	for journalledBytes(t, dest) < treeBytes/4 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	cmd.Process.Signal(syscall.SIGKILL)
-	cmd.Wait()
-	if _, err := os.Stat(filepath.Join(dest, loadspec.CompleteMarker)); err == nil {
-		t.Fatalf("the killed run wrote the complete marker; it was not killed mid-download:\n%s", log.String())
-	}
-	done := journalledBytes(t, dest)
-	if done <= 0 || done >= treeBytes {
-		t.Fatalf("killed run left %d of %d bytes; want a partial download", done, treeBytes)
-	}
+	// All files but the empty one have the server's CRC64NVME; of the ETags, the
+	// three shards' are multipart.
+	testResumeAfterKill(t, "crc64nvme", treeFiles-1, nil)
+	testResumeAfterKill(t, checkMultipart, 3, []string{"--store-checksums=false"})
+}
 
-	code, s, out := runBinary(t, nil, s3args("s3://models/mp/llama", dest, "--concurrency", "4", "--part-size", "1Mi")...)
-	if code != 0 {
-		t.Fatalf("resumed run exit %d:\n%s", code, out)
-	}
-	if s.BytesFetched != treeBytes-done {
-		t.Errorf("resumed run fetched %d bytes, want only the missing %d (of %d)", s.BytesFetched, treeBytes-done, treeBytes)
-	}
-	if !s.Verified || s.Bytes != treeBytes || s.Files != treeFiles {
-		t.Errorf("summary %+v", s)
-	}
-	assertSameTree(t, dest)
+func testResumeAfterKill(t *testing.T, wantCheck string, wantChecked int, extra []string) {
+	t.Run(wantCheck, func(t *testing.T) {
+		// A slow link (about 4 MB/s per request) so that the loader is surely
+		// mid-download when it is killed.
+		proxy := newFaultProxy(srv.Endpoint, nil)
+		proxy.rate.Store(4 << 20)
+		defer proxy.Close()
+		dest := filepath.Join(t.TempDir(), "model")
+		args := []string{"--source", "s3://models/mp/llama", "--dest", dest, "--path-style", "--region", "us-east-1",
+			"--concurrency", "4", "--part-size", "1Mi", "--termination-message-path", filepath.Join(t.TempDir(), "t")}
+		args = append(args, extra...)
+		cmd := exec.Command(loaderBin, append(args, "--endpoint", proxy.URL())...)
+		var log bytes.Buffer
+		cmd.Stderr = &log
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Kill it (SIGKILL: no chance to clean up) once a good part of the model is in.
+		deadline := time.Now().Add(60 * time.Second)
+		for journalledBytes(t, dest) < treeBytes/4 && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		if _, err := os.Stat(filepath.Join(dest, loadspec.CompleteMarker)); err == nil {
+			t.Fatalf("the killed run wrote the complete marker; it was not killed mid-download:\n%s", log.String())
+		}
+		done := journalledBytes(t, dest)
+		if done <= 0 || done >= treeBytes {
+			t.Fatalf("killed run left %d of %d bytes; want a partial download", done, treeBytes)
+		}
+
+		code, s, out := runBinary(t, nil, s3args("s3://models/mp/llama", dest, append([]string{"--concurrency", "4", "--part-size", "1Mi"}, extra...)...)...)
+		if code != 0 {
+			t.Fatalf("resumed run exit %d:\n%s", code, out)
+		}
+		if s.BytesFetched != treeBytes-done {
+			t.Errorf("resumed run fetched %d bytes, want only the missing %d (of %d)", s.BytesFetched, treeBytes-done, treeBytes)
+		}
+		if !s.Verified || s.Bytes != treeBytes || s.Files != treeFiles || s.Checks[wantCheck] != wantChecked {
+			t.Errorf("summary %+v: want every file verified, %d by %s", s, wantChecked, wantCheck)
+		}
+		assertSameTree(t, dest)
+	})
 }
 
 func TestTerminationMessageFigures(t *testing.T) {
@@ -414,21 +451,24 @@ func TestChecksumMismatch(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		prefix   string
-		partSize int64  // multipart upload part size (0: single requests)
+		layout   s3test.Layout
+		args     []string
 		corrupt  string // object to corrupt on the server's disk
 		manifest string // a wrong sha256 for this file in SHA256SUMS
 		wantFile string
 	}{
-		{"single-part ETag", "corrupt/single", 0, shard, "", shard},
-		{"multipart ETag", "corrupt/multipart", 5 << 20, shard, "", shard},
-		{"small file", "corrupt/small", 0, small, "", small},
-		{"sha256 manifest", "corrupt/manifest", 5 << 20, "", small, small},
+		{"server's CRC64NVME", "corrupt/crc64nvme", s3test.Layout{PartSize: 5 << 20}, nil, shard, "", shard},
+		{"composite CRC32C", "corrupt/crc32c", s3test.Layout{PartSize: 5 << 20, Checksum: types.ChecksumAlgorithmCrc32c, ChecksumType: types.ChecksumTypeComposite}, nil, shard, "", shard},
+		{"single-part ETag", "corrupt/single", s3test.Layout{}, []string{"--store-checksums=false"}, shard, "", shard},
+		{"multipart ETag", "corrupt/multipart", s3test.Layout{PartSize: 5 << 20}, []string{"--store-checksums=false"}, shard, "", shard},
+		{"small file", "corrupt/small", s3test.Layout{}, nil, small, "", small},
+		{"sha256 manifest", "corrupt/manifest", s3test.Layout{PartSize: 5 << 20}, nil, "", small, small},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := srv.UploadTree(ctx, srcTree, bucket, tc.prefix, tc.partSize); err != nil {
+			if err := srv.UploadTree(ctx, srcTree, bucket, tc.prefix, tc.layout); err != nil {
 				t.Fatal(err)
 			}
-			args := []string{}
+			args := tc.args
 			if tc.manifest != "" {
 				sums := manifestFor(t, srcTree)
 				sums = strings.Replace(sums, sha256Of(t, filepath.Join(srcTree, tc.manifest)), strings.Repeat("0", 64), 1)
@@ -487,7 +527,7 @@ func writeAndUpload(t *testing.T, key, content string) {
 	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Upload(context.Background(), bucket, key, p, 0); err != nil {
+	if err := srv.Upload(context.Background(), bucket, key, p, s3test.Layout{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -495,7 +535,7 @@ func writeAndUpload(t *testing.T, key, content string) {
 func TestSHA256Manifest(t *testing.T) {
 	needServer(t)
 	prefix := "manifest-ok/llama"
-	if err := srv.UploadTree(context.Background(), srcTree, bucket, prefix, 5<<20); err != nil {
+	if err := srv.UploadTree(context.Background(), srcTree, bucket, prefix, s3test.Layout{PartSize: 5 << 20}); err != nil {
 		t.Fatal(err)
 	}
 	writeAndUpload(t, prefix+"/SHA256SUMS", manifestFor(t, srcTree))
@@ -519,7 +559,7 @@ func TestMultipartETagUncheckedSaysSo(t *testing.T) {
 	needServer(t)
 	dest := filepath.Join(t.TempDir(), "model")
 	o := testOptions("s3://models/mp/llama", dest)
-	o.CheckMultipartETag = false
+	o.CheckMultipartETag, o.StoreChecksums = false, false
 	s, err := runInProcess(t, o)
 	if err != nil {
 		t.Fatal(err)
@@ -545,7 +585,7 @@ func TestSingleObjectSource(t *testing.T) {
 	if err != nil || !bytes.Equal(want, got) {
 		t.Fatalf("content differs (%v)", err)
 	}
-	if s.Files != 1 || s.BytesFetched != int64(len(want)) || s.Checks[checkMultipart] != 1 {
+	if s.Files != 1 || s.BytesFetched != int64(len(want)) || s.Checks["crc64nvme"] != 1 {
 		t.Errorf("summary %+v", s)
 	}
 }

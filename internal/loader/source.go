@@ -23,8 +23,11 @@ type Object struct {
 	// MD5 is the hex MD5 of the content when the source vouches for it (an S3
 	// single-part ETag).
 	MD5 string
+	// Checksum is the store's own checksum of the content, when it keeps one.
+	Checksum *StoreChecksum
 	// UploadPartSize and UploadParts describe an S3 multipart upload, when known:
-	// the multipart ETag is then checked by hashing each upload part as it streams.
+	// a multipart ETag or composite checksum is then checked by hashing each
+	// upload part as it streams.
 	UploadPartSize int64
 	UploadParts    int
 	// SHA256 is the hex digest the sha256 manifest gives, if any.

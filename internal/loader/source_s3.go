@@ -14,6 +14,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	awscreds "github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/aiinference/operator/internal/loadspec"
@@ -27,8 +28,10 @@ type s3Source struct {
 	bucket string
 	prefix string
 	retry  retryPolicy
-	// checkMultipart: learn the part layout of multipart objects (see Options).
-	checkMultipart bool
+	// checkMultipart, storeChecksums: see Options.
+	checkMultipart, storeChecksums bool
+	// describeConcurrency bounds the HEAD requests of describe.
+	describeConcurrency int
 }
 
 // newHTTPTransport is the transport of every network source: enough idle
@@ -91,7 +94,7 @@ func newS3Source(ctx context.Context, su sourceURL, o Options, c credentials) (*
 		so.DisableLogOutputChecksumValidationSkipped = true
 	})
 	return &s3Source{client: client, bucket: su.Bucket, prefix: su.Prefix, retry: defaultRetry,
-		checkMultipart: o.CheckMultipartETag}, nil
+		checkMultipart: o.CheckMultipartETag, storeChecksums: o.StoreChecksums, describeConcurrency: o.Concurrency}, nil
 }
 
 func (s *s3Source) List(ctx context.Context) ([]Object, error) {
@@ -162,47 +165,94 @@ func (s *s3Source) head(ctx context.Context, key string) (Object, error) {
 	return Object{Key: key, Size: aws.ToInt64(out.ContentLength), ETag: strings.Trim(aws.ToString(out.ETag), `"`)}, nil
 }
 
-// describe fills what each object's ETag vouches for: the MD5 of a single-part
-// upload, or the part layout of a multipart upload (from a HEAD of its first part),
-// which lets its ETag be checked.
+// describe fills in what vouches for each object's content: the checksum the store
+// keeps (a HEAD in checksum mode), the MD5 of a single-part upload, and for a
+// multipart upload checked part by part (composite checksum or multipart ETag)
+// the part layout, from a HEAD of its first part.
 func (s *s3Source) describe(ctx context.Context, objs []Object) error {
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(8)
+	g.SetLimit(max(s.describeConcurrency, 1))
 	for i := range objs {
 		o := &objs[i]
 		if isHexMD5(o.ETag) {
 			o.MD5 = strings.ToLower(o.ETag)
-			continue
 		}
-		n, ok := multipartETag(o.ETag)
-		if !ok || o.Size == 0 || !s.checkMultipart {
+		parts, multipart := multipartETag(o.ETag)
+		if o.Size == 0 || (!s.storeChecksums && !(multipart && s.checkMultipart)) {
 			continue
 		}
 		g.Go(func() error {
-			var out *s3.HeadObjectOutput
-			err := s.retry.do(gctx, func(ctx context.Context) error {
-				var err error
-				out, err = s.client.HeadObject(ctx, &s3.HeadObjectInput{
-					Bucket: &s.bucket, Key: &o.Key, PartNumber: aws.Int32(1), IfMatch: aws.String(`"` + o.ETag + `"`),
-				})
-				return err
-			}, nil)
-			if err != nil {
-				if le, ok := err.(*Error); ok && (le.Reason == loadspec.ReasonNotFound || le.Reason == loadspec.ReasonAccessDenied) {
-					return fmt.Errorf("%s: %w", o.Path, err)
+			if s.storeChecksums {
+				out, err := s.headForDescribe(gctx, o, nil)
+				if err != nil {
+					return err
 				}
-				return nil // the store cannot say; the ETag goes unchecked
+				if out != nil {
+					o.Checksum = storeChecksumOf(out)
+				}
+			}
+			byUploadPart := o.Checksum != nil && o.Checksum.Parts > 0 || o.Checksum == nil && s.checkMultipart
+			if !multipart || !byUploadPart {
+				return nil
+			}
+			out, err := s.headForDescribe(gctx, o, aws.Int32(1))
+			if err != nil || out == nil {
+				return err
 			}
 			first := aws.ToInt64(out.ContentLength)
 			// Every common uploader uses equal parts but the last; check that the
 			// layout adds up before relying on it.
-			if first > 0 && int((o.Size+first-1)/first) == n && (out.PartsCount == nil || int(*out.PartsCount) == n) {
-				o.UploadPartSize, o.UploadParts = first, n
+			if first > 0 && int((o.Size+first-1)/first) == parts && (out.PartsCount == nil || int(*out.PartsCount) == parts) {
+				o.UploadPartSize, o.UploadParts = first, parts
 			}
 			return nil
 		})
 	}
 	return g.Wait()
+}
+
+// headForDescribe HEADs the listed version of o (or one of its upload parts) in
+// checksum mode. A store that cannot answer leaves the object less checked (nil,
+// nil); a missing object or a refusal is an error.
+func (s *s3Source) headForDescribe(ctx context.Context, o *Object, partNumber *int32) (*s3.HeadObjectOutput, error) {
+	var out *s3.HeadObjectOutput
+	err := s.retry.do(ctx, func(ctx context.Context) error {
+		var err error
+		out, err = s.client.HeadObject(ctx, &s3.HeadObjectInput{
+			Bucket: &s.bucket, Key: &o.Key, PartNumber: partNumber, IfMatch: aws.String(`"` + o.ETag + `"`),
+			ChecksumMode: types.ChecksumModeEnabled,
+		})
+		return err
+	}, nil)
+	if err != nil {
+		if le, ok := err.(*Error); ok && (le.Reason == loadspec.ReasonNotFound || le.Reason == loadspec.ReasonAccessDenied) {
+			return nil, fmt.Errorf("%s: %w", o.Path, err)
+		}
+		return nil, nil
+	}
+	return out, nil
+}
+
+// storeChecksumOf picks the cheapest checksum to check among those a HEAD returned.
+func storeChecksumOf(out *s3.HeadObjectOutput) *StoreChecksum {
+	var best *StoreChecksum
+	for alg, value := range map[string]*string{
+		"CRC64NVME": out.ChecksumCRC64NVME, "CRC32C": out.ChecksumCRC32C, "CRC32": out.ChecksumCRC32,
+		"SHA256": out.ChecksumSHA256, "SHA1": out.ChecksumSHA1,
+	} {
+		sc, ok := parseStoreChecksum(alg, aws.ToString(value))
+		if !ok {
+			continue
+		}
+		// A composite checksum may come without its part count in the value.
+		if sc.Parts == 0 && out.ChecksumType == types.ChecksumTypeComposite {
+			continue
+		}
+		if best == nil || storeAlgorithms[alg].rank < storeAlgorithms[best.Algorithm].rank {
+			best = sc
+		}
+	}
+	return best
 }
 
 func (s *s3Source) Fetch(ctx context.Context, obj *Object, off, n int64) (io.ReadCloser, error) {

@@ -35,8 +35,8 @@ type journalRecord struct {
 	ETag     string `json:"etag,omitempty"`
 	PartSize int64  `json:"ps,omitempty"`
 	Part     int    `json:"p,omitempty"`
-	// UploadMD5 holds the MD5 of each upload part inside this part (multipart ETags).
-	UploadMD5 []string `json:"um,omitempty"`
+	// Sums holds the hex digests the part gave (see partResult).
+	Sums []string `json:"sums,omitempty"`
 }
 
 // fileState is what the journal says about one file.
@@ -44,7 +44,7 @@ type fileState struct {
 	Size     int64
 	ETag     string
 	PartSize int64
-	Parts    map[int][]string
+	Parts    map[int][][]byte
 	Done     bool
 }
 
@@ -65,10 +65,12 @@ func readJournal(path string) map[string]*fileState {
 		}
 		switch r.Kind {
 		case "file":
-			states[r.Path] = &fileState{Size: r.Size, ETag: r.ETag, PartSize: r.PartSize, Parts: map[int][]string{}}
+			states[r.Path] = &fileState{Size: r.Size, ETag: r.ETag, PartSize: r.PartSize, Parts: map[int][][]byte{}}
 		case "part":
 			if st := states[r.Path]; st != nil {
-				st.Parts[r.Part] = r.UploadMD5
+				if sums, ok := unhexAll(r.Sums); ok {
+					st.Parts[r.Part] = sums
+				}
 			}
 		case "done":
 			if st := states[r.Path]; st != nil {
@@ -77,6 +79,26 @@ func readJournal(path string) map[string]*fileState {
 		}
 	}
 	return states
+}
+
+func hexAll(sums [][]byte) []string {
+	var out []string
+	for _, s := range sums {
+		out = append(out, hex.EncodeToString(s))
+	}
+	return out
+}
+
+func unhexAll(sums []string) ([][]byte, bool) {
+	var out [][]byte
+	for _, s := range sums {
+		b, err := hex.DecodeString(s)
+		if err != nil {
+			return nil, false
+		}
+		out = append(out, b)
+	}
+	return out, true
 }
 
 // journal appends records, one write per record, so a killed loader loses at most
@@ -115,7 +137,8 @@ type markerFile struct {
 	Path string `json:"path"`
 	Size int64  `json:"size"`
 	ETag string `json:"etag,omitempty"`
-	// Check names how the file was verified: sha256, md5, multipartETag or size.
+	// Check names how the file was verified (see checkFor): sha256, crc64nvme, md5,
+	// multipartETag, size, ...
 	Check string `json:"check"`
 }
 

@@ -1,12 +1,14 @@
 package loader
 
 import (
+	"bytes"
 	"context"
 	"crypto/md5"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -335,19 +337,18 @@ func TestUploadHasher(t *testing.T) {
 	}
 	// Upload parts of 5 bytes; a download part of 10 bytes at offset 10 covers
 	// upload parts 3 and 4, fed in uneven pieces.
-	u := newUploadHasher(5, int64(len(data)), 10)
+	u := newUploadHasher(md5.New(), 5, int64(len(data)), 10)
 	u.write(data[10:13])
 	u.write(data[13:19])
 	u.write(data[19:20])
-	sums := u.finish()
 	want := []string{md5hex(data[10:15]), md5hex(data[15:20])}
-	if fmt.Sprint(sums) != fmt.Sprint(want) {
-		t.Errorf("sums %v, want %v", sums, want)
+	if got := hexAll(u.sums); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("sums %v, want %v", got, want)
 	}
 	// The last, shorter upload part.
-	u = newUploadHasher(5, int64(len(data)), 20)
+	u = newUploadHasher(md5.New(), 5, int64(len(data)), 20)
 	u.write(data[20:])
-	if got := u.finish(); len(got) != 1 || got[0] != md5hex(data[20:]) {
+	if got := hexAll(u.sums); len(got) != 1 || got[0] != md5hex(data[20:]) {
 		t.Errorf("last part %v", got)
 	}
 }
@@ -355,6 +356,75 @@ func TestUploadHasher(t *testing.T) {
 func md5hex(b []byte) string {
 	s := md5.Sum(b)
 	return hex.EncodeToString(s[:])
+}
+
+// The CRC of a file made of parts, combined from the parts' CRCs, equals the CRC
+// of the whole, for every CRC a store may keep and for parts of any length
+// (empty, one byte, not multiples of anything).
+func TestCRCCombine(t *testing.T) {
+	data := make([]byte, 3<<20+17)
+	rand.NewChaCha8([32]byte{1}).Read(data)
+	for _, alg := range []string{"CRC64NVME", "CRC32C", "CRC32"} {
+		a := storeAlgorithms[alg]
+		sum := func(b []byte) []byte { h := a.newHash(); h.Write(b); return h.Sum(nil) }
+		want := sum(data)
+		for _, cuts := range [][]int{{0}, {1}, {1 << 20}, {0, 0, 5}, {7, 1 << 20, 1<<20 + 1, 3 << 20}} {
+			var crc uint64
+			prev := 0
+			for _, c := range append(cuts, len(data)) {
+				crc = a.crc.combine(crc, a.crc.crcValue(sum(data[prev:c])), int64(c-prev))
+				prev = c
+			}
+			if got := a.crc.digest(crc); !bytes.Equal(got, want) {
+				t.Errorf("%s cut at %v: combined %x, whole %x", alg, cuts, got, want)
+			}
+		}
+	}
+}
+
+func TestParseStoreChecksum(t *testing.T) {
+	for _, tc := range []struct {
+		alg, value string
+		ok         bool
+		parts      int
+	}{
+		{"CRC64NVME", "CQ+RajXxJZ8=", true, 0},
+		{"CRC32C", "yZRlqg==-12", true, 12},
+		{"CRC32", "yZRlqg==-x", false, 0},
+		{"CRC32", "yZRlqg==-0", false, 0},
+		{"CRC32", "CQ+RajXxJZ8=", false, 0}, // 8 bytes for a 4-byte CRC
+		{"MD5", "1B2M2Y8AsgTpgAmY7PhCfg==", false, 0},
+		{"SHA256", "", false, 0},
+	} {
+		sc, ok := parseStoreChecksum(tc.alg, tc.value)
+		if ok != tc.ok || ok && sc.Parts != tc.parts {
+			t.Errorf("parseStoreChecksum(%s, %q) = %+v, %v", tc.alg, tc.value, sc, ok)
+		}
+	}
+}
+
+// checkFor prefers the manifest, then a full-object store checksum, then the
+// single-part MD5, then per-upload-part checks, then the size.
+func TestCheckFor(t *testing.T) {
+	crc, _ := parseStoreChecksum("CRC64NVME", "CQ+RajXxJZ8=")
+	composite, _ := parseStoreChecksum("CRC32C", "yZRlqg==-3")
+	md5sum := md5hex(nil)
+	for _, tc := range []struct {
+		obj  Object
+		want string
+	}{
+		{Object{SHA256: strings.Repeat("ab", 32), Checksum: crc, MD5: md5sum}, checkSHA256},
+		{Object{Checksum: crc, MD5: md5sum}, "crc64nvme"},
+		{Object{Checksum: composite, MD5: md5sum}, checkMD5},
+		{Object{ETag: md5sum + "-3", Checksum: composite, UploadPartSize: 5, UploadParts: 3}, "crc32c-composite"},
+		{Object{ETag: md5sum + "-3", UploadPartSize: 5, UploadParts: 3}, checkMultipart},
+		{Object{ETag: md5sum + "-3"}, checkSize},
+		{Object{ETag: md5sum + "-3", Checksum: composite}, checkSize},
+	} {
+		if got := checkFor(&tc.obj); got.name != tc.want {
+			t.Errorf("checkFor(%+v) = %s, want %s", tc.obj, got.name, tc.want)
+		}
+	}
 }
 
 func TestLoadCredentials(t *testing.T) {

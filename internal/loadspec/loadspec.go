@@ -60,9 +60,10 @@ type Config struct {
 	// costs disk bandwidth.
 	Fsync bool `json:"fsync,omitempty"`
 	// SkipMultipartETagCheck leaves the ETags of multipart-uploaded S3 objects
-	// unchecked (they are then checked by size, unless the sha256 manifest covers
-	// them). Checking hashes every byte (MD5, about one core-second per 650 MB),
-	// which a loader held to a small CPU limit may not afford.
+	// unchecked when the store keeps no checksum of them (they are then checked by
+	// size, unless the sha256 manifest covers them). Checking hashes every byte
+	// (MD5, about one core-second per 650 MB), which a loader held to a small CPU
+	// limit may not afford; a store checksum (a CRC) costs next to nothing.
 	SkipMultipartETagCheck bool `json:"skipMultipartETagCheck,omitempty"`
 }
 
@@ -91,10 +92,13 @@ type Summary struct {
 	CacheHit bool `json:"cacheHit,omitempty"`
 	// Failure is set when the load did not succeed.
 	Failure *Failure `json:"failure,omitempty"`
-	// Checks counts the files by how they were verified: "sha256" (the manifest),
-	// "md5" (a single-part S3 ETag), "multipartETag" (each upload part hashed), or
-	// "size" when the source vouches for nothing more. Verified is true only when no
-	// file was checked by size alone.
+	// Checks counts the files by how they were verified: "sha256" (the manifest,
+	// or the store's SHA256), the store's checksum named after its algorithm
+	// ("crc64nvme", "crc32c", "crc32", "sha1", with "-composite" for a checksum
+	// of the upload parts' checksums), "md5" (a single-part S3 ETag),
+	// "multipartETag" (each upload part hashed), or "size" when the source vouches
+	// for nothing more. Verified is true only when no file was checked by size
+	// alone.
 	Checks map[string]int `json:"checks,omitempty"`
 	// Retries counts requests retried after a transient error, Stalls those cut by
 	// the stall watchdog.

@@ -7,12 +7,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"syscall"
@@ -98,7 +100,7 @@ func run(shards int, shardSize int64, small, runs int, cache, only string) error
 			}
 			for i, f := range files {
 				// Large files as 16 MiB multipart uploads, like common S3 tools do.
-				if err := srv.UploadGenerated(ctx, bucket, "model/"+f.Path, f.Size, 16<<20, uint64(i)); err != nil {
+				if err := srv.UploadGenerated(ctx, bucket, "model/"+f.Path, f.Size, s3test.Layout{PartSize: 16 << 20}, uint64(i)); err != nil {
 					return fmt.Errorf("uploading %s: %w", f.Path, err)
 				}
 			}
@@ -129,19 +131,18 @@ func run(shards int, shardSize int64, small, runs int, cache, only string) error
 			return append([]string{rclone, "copy", ":s3:" + bucket + "/model", dest, "-q"}, extra...)
 		}
 	}
+	loaderEnv := []string{"AWS_ACCESS_KEY_ID=" + s3test.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3test.SecretKey, "AWS_EC2_METADATA_DISABLED=true"}
+	loaderCmd := func(extra ...string) func(string) []string {
+		return func(dest string) []string {
+			return append([]string{loaderBin, "--source", "s3://" + bucket + "/model", "--dest", dest,
+				"--endpoint", srv.Endpoint, "--path-style", "--termination-message-path", ""}, extra...)
+		}
+	}
+	// The first row is the one the others are compared with.
 	tools := []tool{
-		{name: "model-loader (defaults)", args: func(dest string) []string {
-			return []string{loaderBin, "--source", "s3://" + bucket + "/model", "--dest", dest,
-				"--endpoint", srv.Endpoint, "--path-style", "--termination-message-path", ""}
-		}, env: []string{"AWS_ACCESS_KEY_ID=" + s3test.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3test.SecretKey, "AWS_EC2_METADATA_DISABLED=true"}},
-		{name: "model-loader (multipart ETags unchecked)", args: func(dest string) []string {
-			return []string{loaderBin, "--source", "s3://" + bucket + "/model", "--dest", dest,
-				"--endpoint", srv.Endpoint, "--path-style", "--termination-message-path", "", "--check-multipart-etag=false"}
-		}, env: []string{"AWS_ACCESS_KEY_ID=" + s3test.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3test.SecretKey, "AWS_EC2_METADATA_DISABLED=true"}},
-		{name: "model-loader (--fsync)", args: func(dest string) []string {
-			return []string{loaderBin, "--source", "s3://" + bucket + "/model", "--dest", dest,
-				"--endpoint", srv.Endpoint, "--path-style", "--termination-message-path", "", "--fsync"}
-		}, env: []string{"AWS_ACCESS_KEY_ID=" + s3test.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3test.SecretKey, "AWS_EC2_METADATA_DISABLED=true"}},
+		{name: "model-loader (defaults: store CRC64NVME)", args: loaderCmd(), env: loaderEnv},
+		{name: "model-loader (MD5 ETags, no store checksums)", args: loaderCmd("--store-checksums=false"), env: loaderEnv},
+		{name: "model-loader (--fsync)", args: loaderCmd("--fsync"), env: loaderEnv},
 		{name: "rclone (defaults)", args: rcloneCmd(), env: rcloneEnv},
 		{name: "rclone (tuned: 16 transfers x 16 streams)", args: rcloneCmd(
 			"--transfers", "16", "--checkers", "16", "--multi-thread-streams", "16", "--multi-thread-cutoff", "32M",
@@ -154,9 +155,9 @@ func run(shards int, shardSize int64, small, runs int, cache, only string) error
 	fmt.Printf("Tree: %d files, %.2f GB (%d shards of %d MiB); %d runs each; server %s\n",
 		len(files), float64(total)/1e9, shards, shardSize>>20, runs, srv.Endpoint)
 	type result struct {
-		name   string
-		rates  []float64
-		peakKB int64
+		name                 string
+		rates, cpus, srvCPUs []float64
+		peakKB               int64
 	}
 	var results []*result
 	var chosen []tool
@@ -179,9 +180,14 @@ func run(shards int, shardSize int64, small, runs int, cache, only string) error
 			cmd.Env = append(os.Environ(), tl.env...)
 			out := &strings.Builder{}
 			cmd.Stdout, cmd.Stderr = out, out
+			srvBefore, srvErr := srv.CPUTime()
 			start := time.Now()
 			err := cmd.Run()
 			secs := time.Since(start).Seconds()
+			srvAfter, srvErr2 := srv.CPUTime()
+			if err := errors.Join(srvErr, srvErr2); err != nil {
+				return fmt.Errorf("the server's CPU time: %w", err)
+			}
 			if err != nil {
 				return fmt.Errorf("%s: %v\n%s", tl.name, err, out.String())
 			}
@@ -190,10 +196,15 @@ func run(shards int, shardSize int64, small, runs int, cache, only string) error
 				return fmt.Errorf("%s fetched %d bytes, want %d (%v)", tl.name, got, total, err)
 			}
 			rate := float64(total) / 1e6 / secs
-			rss := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
+			ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+			cpu := (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+			srvCPU := (srvAfter - srvBefore).Seconds()
 			r.rates = append(r.rates, rate)
-			r.peakKB = max(r.peakKB, rss)
-			fmt.Printf("  round %d  %-45s %7.1f MB/s in %5.1fs, peak RSS %4d MiB\n", i+1, tl.name, rate, secs, rss>>10)
+			r.cpus = append(r.cpus, cpu)
+			r.srvCPUs = append(r.srvCPUs, srvCPU)
+			r.peakKB = max(r.peakKB, ru.Maxrss)
+			fmt.Printf("  round %d  %-45s %7.1f MB/s in %5.1fs, CPU %4.1fs (server %4.1fs), peak RSS %4d MiB\n",
+				i+1, tl.name, rate, secs, cpu, srvCPU, ru.Maxrss>>10)
 			os.RemoveAll(dest)
 		}
 	}
@@ -209,23 +220,14 @@ func run(shards int, shardSize int64, small, runs int, cache, only string) error
 	if len(results) == 0 {
 		return nil
 	}
-	// Ratios of the loader (each of its first two rows) to every tool.
-	bases := []float64{median(results[0].rates)}
-	header := fmt.Sprintf("%-45s %12s %14s %12s", "tool", "median MB/s", "peak RSS MiB", "row1/tool")
-	if len(results) > 1 && strings.HasPrefix(results[1].name, "model-loader") {
-		bases = append(bases, median(results[1].rates))
-		header += fmt.Sprintf(" %12s", "row2/tool")
-	}
+	base := median(results[0].rates)
 	fmt.Println()
-	fmt.Println(header)
+	fmt.Printf("%-45s %12s %14s %10s %14s %10s\n", "tool", "median MB/s", "peak RSS MiB", "CPU s", "server CPU s", "row1/tool")
 	for _, r := range results {
 		m := median(r.rates)
-		line := fmt.Sprintf("%-45s %12.1f %14d", r.name, m, r.peakKB>>10)
-		for _, b := range bases {
-			line += fmt.Sprintf(" %11.2fx", b/m)
-		}
-		fmt.Println(line)
+		fmt.Printf("%-45s %12.1f %14d %10.1f %14.1f %9.2fx\n", r.name, m, r.peakKB>>10, median(r.cpus), median(r.srvCPUs), base/m)
 	}
+	fmt.Printf("\nCPU s: the tool's user and system time; server CPU s: versitygw's meanwhile (medians). %d cores here.\n", runtime.NumCPU())
 	return nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -159,6 +160,31 @@ func (s *Server) Stop() {
 	}
 }
 
+// CPUTime is the processor time (user and system) the server has used so far,
+// from /proc: the benchmark shows it, as on a small machine the server's share
+// bounds what a client can reach.
+func (s *Server) CPUTime() (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command name, which is in parentheses: utime and
+	// stime are the 12th and 13th, in clock ticks of 1/100 s.
+	fields := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("unexpected /proc stat %q", data)
+	}
+	var ticks int64
+	for _, f := range fields[11:13] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
 // MakeBucket creates a bucket (an existing one is fine).
 func (s *Server) MakeBucket(ctx context.Context, bucket string) error {
 	_, err := s.Client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket})
@@ -169,9 +195,18 @@ func (s *Server) MakeBucket(ctx context.Context, bucket string) error {
 	return err
 }
 
-// Upload puts a local file as key: in one request, or as a multipart upload of
-// partSize parts when partSize > 0 and the file is larger.
-func (s *Server) Upload(ctx context.Context, bucket, key, path string, partSize int64) error {
+// Layout is how an object is uploaded: in one request, or as a multipart upload of
+// PartSize parts when PartSize > 0 and the object is larger; with a checksum the
+// client computes (Checksum, of ChecksumType for multipart uploads), or with none,
+// leaving the server to add its default.
+type Layout struct {
+	PartSize     int64
+	Checksum     types.ChecksumAlgorithm
+	ChecksumType types.ChecksumType
+}
+
+// Upload puts a local file as key.
+func (s *Server) Upload(ctx context.Context, bucket, key, path string, layout Layout) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -181,42 +216,51 @@ func (s *Server) Upload(ctx context.Context, bucket, key, path string, partSize 
 	if err != nil {
 		return err
 	}
-	if partSize <= 0 || fi.Size() <= partSize {
-		_, err = s.Client.PutObject(ctx, &s3.PutObjectInput{Bucket: &bucket, Key: &key, Body: f, ContentLength: aws.Int64(fi.Size())})
+	return s.put(ctx, bucket, key, fi.Size(), layout, func(off, n int64) io.ReadSeeker { return io.NewSectionReader(f, off, n) })
+}
+
+// put uploads size bytes as key; body gives the bytes of [off, off+n), asked for
+// front to back.
+func (s *Server) put(ctx context.Context, bucket, key string, size int64, layout Layout, body func(off, n int64) io.ReadSeeker) error {
+	if layout.PartSize <= 0 || size <= layout.PartSize {
+		_, err := s.Client.PutObject(ctx, &s3.PutObjectInput{Bucket: &bucket, Key: &key,
+			Body: body(0, size), ContentLength: aws.Int64(size), ChecksumAlgorithm: layout.Checksum})
 		return err
 	}
-	up, err := s.Client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &bucket, Key: &key})
+	up, err := s.Client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &bucket, Key: &key,
+		ChecksumAlgorithm: layout.Checksum, ChecksumType: layout.ChecksumType})
 	if err != nil {
 		return err
 	}
 	var parts []types.CompletedPart
-	for n, off := int32(1), int64(0); off < fi.Size(); n, off = n+1, off+partSize {
-		size := min(partSize, fi.Size()-off)
+	for n, off := int32(1), int64(0); off < size; n, off = n+1, off+layout.PartSize {
+		length := min(layout.PartSize, size-off)
 		out, err := s.Client.UploadPart(ctx, &s3.UploadPartInput{
 			Bucket: &bucket, Key: &key, UploadId: up.UploadId, PartNumber: aws.Int32(n),
-			Body: io.NewSectionReader(f, off, size), ContentLength: aws.Int64(size),
+			Body: body(off, length), ContentLength: aws.Int64(length), ChecksumAlgorithm: layout.Checksum,
 		})
 		if err != nil {
 			return err
 		}
-		parts = append(parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(n)})
+		parts = append(parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(n),
+			ChecksumCRC32: out.ChecksumCRC32, ChecksumCRC32C: out.ChecksumCRC32C, ChecksumCRC64NVME: out.ChecksumCRC64NVME,
+			ChecksumSHA1: out.ChecksumSHA1, ChecksumSHA256: out.ChecksumSHA256})
 	}
 	_, err = s.Client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
-		Bucket: &bucket, Key: &key, UploadId: up.UploadId,
+		Bucket: &bucket, Key: &key, UploadId: up.UploadId, ChecksumType: layout.ChecksumType,
 		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
 	})
 	return err
 }
 
-// UploadTree uploads every file under dir to bucket/prefix/..., as multipart uploads
-// of partSize for files larger than that (partSize 0: always single requests).
-func (s *Server) UploadTree(ctx context.Context, dir, bucket, prefix string, partSize int64) error {
+// UploadTree uploads every file under dir to bucket/prefix/..., each with layout.
+func (s *Server) UploadTree(ctx context.Context, dir, bucket, prefix string, layout Layout) error {
 	return filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
 		rel, _ := filepath.Rel(dir, p)
-		return s.Upload(ctx, bucket, strings.TrimPrefix(prefix+"/"+filepath.ToSlash(rel), "/"), p, partSize)
+		return s.Upload(ctx, bucket, strings.TrimPrefix(prefix+"/"+filepath.ToSlash(rel), "/"), p, layout)
 	})
 }
 
@@ -325,37 +369,15 @@ func SameTree(want, got string, skip ...string) (string, error) {
 }
 
 // UploadGenerated uploads size bytes of seeded pseudo-random content as key, made
-// on the fly (nothing on disk): as a multipart upload of partSize parts when the
-// object is larger than that.
-func (s *Server) UploadGenerated(ctx context.Context, bucket, key string, size, partSize int64, seed uint64) error {
+// on the fly (nothing on disk but one part).
+func (s *Server) UploadGenerated(ctx context.Context, bucket, key string, size int64, layout Layout, seed uint64) error {
 	rng := rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), byte(seed >> 16), byte(seed >> 24), 'g'})
-	buf := make([]byte, min(max(partSize, 1), max(size, 1)))
-	if size <= partSize {
-		rng.Read(buf[:size])
-		_, err := s.Client.PutObject(ctx, &s3.PutObjectInput{Bucket: &bucket, Key: &key,
-			Body: bytes.NewReader(buf[:size]), ContentLength: aws.Int64(size)})
-		return err
+	buf := make([]byte, min(max(layout.PartSize, 1), max(size, 1)))
+	if layout.PartSize <= 0 || size <= layout.PartSize {
+		buf = make([]byte, size)
 	}
-	up, err := s.Client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &bucket, Key: &key})
-	if err != nil {
-		return err
-	}
-	var parts []types.CompletedPart
-	for n, off := int32(1), int64(0); off < size; n, off = n+1, off+partSize {
-		chunk := buf[:min(partSize, size-off)]
-		rng.Read(chunk)
-		out, err := s.Client.UploadPart(ctx, &s3.UploadPartInput{
-			Bucket: &bucket, Key: &key, UploadId: up.UploadId, PartNumber: aws.Int32(n),
-			Body: bytes.NewReader(chunk), ContentLength: aws.Int64(int64(len(chunk))),
-		})
-		if err != nil {
-			return err
-		}
-		parts = append(parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(n)})
-	}
-	_, err = s.Client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
-		Bucket: &bucket, Key: &key, UploadId: up.UploadId,
-		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
+	return s.put(ctx, bucket, key, size, layout, func(_, n int64) io.ReadSeeker {
+		rng.Read(buf[:n])
+		return bytes.NewReader(buf[:n])
 	})
-	return err
 }
