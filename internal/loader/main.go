@@ -3,6 +3,8 @@ package loader
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"io"
 	"log/slog"
 	"os"
@@ -18,6 +20,9 @@ import (
 func Main(args []string, stderr io.Writer) int {
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	opts, err := ParseArgs(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0 // the usage is printed; nothing was asked to load
+	}
 	if err != nil {
 		summary := loadspec.Summary{Failure: FailureOf(err)}
 		log.Error("Invalid configuration", "error", err.Error())

@@ -88,7 +88,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, error) {
 	fset.StringVar(&fv.credentialsDir, "credentials-dir", loadspec.CredentialsMountDir, "folder of credential files named like the environment variables (AWS_ACCESS_KEY_ID, ...)")
 	fset.BoolVar(&fv.fsync, "fsync", false, "flush every file to disk before it is renamed into place and the marker written (for a destination that outlives the pod)")
 	partial := func() Options { return Options{TerminationMessagePath: fv.terminationPath} }
-	fset.BoolVar(&fv.checkMultipart, "check-multipart-etag", true, "check the ETag of multipart-uploaded S3 objects by hashing each upload part (MD5, about one core-second per 650 MB); off, they are checked by size only")
+	fset.BoolVar(&fv.checkMultipart, "check-multipart-etag", true, "check the ETag of multipart-uploaded S3 objects the store keeps no checksum of by hashing each upload part (MD5, about one core-second per 650 MB); off, they are checked by size only")
 	fset.BoolVar(&fv.storeChecksums, "store-checksums", true, "check S3 objects against the checksum the store keeps (CRC64NVME, CRC32C, CRC32, SHA256, SHA1), when it has one, before any ETag check")
 	if err := fset.Parse(args); err != nil {
 		return partial(), &Error{Reason: loadspec.ReasonInvalidConfig, Err: err}

@@ -450,3 +450,32 @@ func TestLoadCredentials(t *testing.T) {
 		t.Errorf("half credentials: %v", err)
 	}
 }
+
+func TestHelpIsNoFailure(t *testing.T) {
+	var out strings.Builder
+	if code := Main([]string{"-help"}, &out); code != 0 || !strings.Contains(out.String(), "-store-checksums") {
+		t.Errorf("exit %d, output:\n%s", code, out.String())
+	}
+}
+
+func TestInterleave(t *testing.T) {
+	var files [][]job
+	name := map[*fileTask]string{}
+	for i, parts := range []int{3, 1, 2, 2} {
+		ft := &fileTask{}
+		name[ft] = string(rune('a' + i))
+		var js []job
+		for p := range parts {
+			js = append(js, job{t: ft, p: part{Index: p}})
+		}
+		files = append(files, js)
+	}
+	var got []string
+	for _, j := range interleave(files, 2) {
+		got = append(got, fmt.Sprintf("%s%d", name[j.t], j.p.Index))
+	}
+	// Two files at a time; b runs out first and c takes its place, then d a's.
+	if want := "a0 b0 a1 c0 a2 c1 d0 d1"; strings.Join(got, " ") != want {
+		t.Errorf("order %v, want %s", got, want)
+	}
+}
