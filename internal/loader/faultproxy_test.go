@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/aiinference/operator/internal/loader/s3test"
 )
 
 // fault is what faultProxy does to one ranged GET.
@@ -57,7 +59,7 @@ func newFaultProxy(target string, plan func(n int) fault) *faultProxy {
 		case f == stallBody && resp.ContentLength > 1:
 			resp.Body = &stallReader{r: resp.Body, left: resp.ContentLength / 3, done: ctx.Done(), record: p.recordStall}
 		case p.rate.Load() > 0:
-			resp.Body = &slowReader{r: resp.Body, rate: p.rate.Load()}
+			resp.Body = s3test.LimitRate(resp.Body, p.rate.Load())
 		}
 		return nil
 	}
@@ -165,24 +167,6 @@ func (s *stallReader) Read(b []byte) (int, error) {
 }
 
 func (s *stallReader) Close() error { return s.r.Close() }
-
-// slowReader limits a body to rate bytes per second.
-type slowReader struct {
-	r    io.ReadCloser
-	rate int64
-}
-
-func (s *slowReader) Read(b []byte) (int, error) {
-	chunk := max(s.rate/50, 1)
-	if int64(len(b)) > chunk {
-		b = b[:chunk]
-	}
-	n, err := s.r.Read(b)
-	time.Sleep(time.Duration(int64(n) * int64(time.Second) / s.rate))
-	return n, err
-}
-
-func (s *slowReader) Close() error { return s.r.Close() }
 
 type faultKey struct{}
 

@@ -32,8 +32,14 @@ func main() {
 	runs := flag.Int("runs", 3, "downloads per tool")
 	cache := flag.String("cache", defaultCache(), "folder that keeps the S3 server's data between runs")
 	only := flag.String("only", "", "run only the tools whose name contains this")
+	linkMBps := flag.Float64("link-mbps", 0, "put a link between the tools and the server that passes each response at most this many MB/s, as a remote store's connections do (0: no link, loopback speed)")
+	linkLatency := flag.Duration("link-latency", 20*time.Millisecond, "first-byte latency of each response on the link (with -link-mbps)")
 	flag.Parse()
-	if err := run(*shards, *shardMiB<<20, *small, *runs, *cache, *only); err != nil {
+	var link *linkShape
+	if *linkMBps > 0 {
+		link = &linkShape{bytesPerSecond: int64(*linkMBps * 1e6), latency: *linkLatency}
+	}
+	if err := run(*shards, *shardMiB<<20, *small, *runs, *cache, *only, link); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -49,6 +55,12 @@ func defaultCache() string {
 	return filepath.Join(os.TempDir(), "aiinference-bench-loader")
 }
 
+// linkShape is the network path the -link flags ask for.
+type linkShape struct {
+	bytesPerSecond int64
+	latency        time.Duration
+}
+
 // tool is one contender: a command line downloading the tree into a folder.
 type tool struct {
 	name string
@@ -56,7 +68,7 @@ type tool struct {
 	env  []string
 }
 
-func run(shards int, shardSize int64, small, runs int, cache, only string) error {
+func run(shards int, shardSize int64, small, runs int, cache, only string, link *linkShape) error {
 	ctx := context.Background()
 	gw, err := s3test.Binary("s3", "versitygw")
 	if err != nil {
@@ -119,10 +131,20 @@ func run(shards int, shardSize int64, small, runs int, cache, only string) error
 		return err
 	}
 	defer srv.Stop()
+	endpoint, where := srv.Endpoint, "on loopback"
+	if link != nil {
+		l, err := s3test.NewLink(srv.Endpoint, link.latency, link.bytesPerSecond)
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		endpoint = l.URL()
+		where = fmt.Sprintf("through a link of %.0f MB/s per response and %s first-byte latency", float64(link.bytesPerSecond)/1e6, link.latency)
+	}
 
 	rcloneEnv := []string{
 		"RCLONE_CONFIG=" + filepath.Join(work, "rclone.conf"),
-		"RCLONE_S3_PROVIDER=Other", "RCLONE_S3_ENDPOINT=" + srv.Endpoint, "RCLONE_S3_REGION=us-east-1",
+		"RCLONE_S3_PROVIDER=Other", "RCLONE_S3_ENDPOINT=" + endpoint, "RCLONE_S3_REGION=us-east-1",
 		"RCLONE_S3_ACCESS_KEY_ID=" + s3test.AccessKey, "RCLONE_S3_SECRET_ACCESS_KEY=" + s3test.SecretKey,
 		"RCLONE_S3_FORCE_PATH_STYLE=true",
 	}
@@ -135,7 +157,7 @@ func run(shards int, shardSize int64, small, runs int, cache, only string) error
 	loaderCmd := func(extra ...string) func(string) []string {
 		return func(dest string) []string {
 			return append([]string{loaderBin, "--source", "s3://" + bucket + "/model", "--dest", dest,
-				"--endpoint", srv.Endpoint, "--path-style", "--termination-message-path", ""}, extra...)
+				"--endpoint", endpoint, "--path-style", "--termination-message-path", ""}, extra...)
 		}
 	}
 	// The first row is the one the others are compared with.
@@ -152,8 +174,8 @@ func run(shards int, shardSize int64, small, runs int, cache, only string) error
 			"--multi-thread-chunk-size", "32M", "--buffer-size", "32M"), env: rcloneEnv},
 	}
 
-	fmt.Printf("Tree: %d files, %.2f GB (%d shards of %d MiB); %d runs each; server %s\n",
-		len(files), float64(total)/1e9, shards, shardSize>>20, runs, srv.Endpoint)
+	fmt.Printf("Tree: %d files, %.2f GB (%d shards of %d MiB); %d runs each; server %s %s\n",
+		len(files), float64(total)/1e9, shards, shardSize>>20, runs, srv.Endpoint, where)
 	type result struct {
 		name                 string
 		rates, cpus, srvCPUs []float64
