@@ -41,7 +41,9 @@ type Options struct {
 
 // Defaults for settings neither the file nor the flags give.
 const (
-	DefaultConcurrency      = 16
+	// DefaultConcurrency: an S3 connection carries some tens of MB/s, so a GPU
+	// node's network needs many at once; each costs one 128 KiB buffer.
+	DefaultConcurrency      = 64
 	DefaultPartSize         = 16 << 20
 	DefaultTimeout          = 2 * time.Hour
 	DefaultStallTimeout     = 30 * time.Second
