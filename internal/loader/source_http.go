@@ -2,6 +2,9 @@ package loader
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -142,8 +145,44 @@ func (s *httpSource) stat(ctx context.Context, o *Object) error {
 		if strings.HasPrefix(o.ETag, "W/") {
 			o.ETag = "" // a weak tag names no bytes
 		}
+		o.Checksum, o.MD5 = httpDigests(resp.Header)
 		return nil
 	}, nil)
+}
+
+// httpDigests reads the digests of the whole file a server sends with any response
+// for it, ranged or not: Repr-Digest (RFC 9530) sha-256, and Google Cloud
+// Storage's x-goog-hash crc32c and md5. (Content-MD5 and Content-Digest describe
+// the bytes of this response only, not the file.)
+func httpDigests(h http.Header) (sum *StoreChecksum, md5hex string) {
+	consider := func(alg, b64 string) {
+		if sc, ok := parseStoreChecksum(alg, b64); ok && sc.Parts == 0 &&
+			(sum == nil || storeAlgorithms[alg].rank < storeAlgorithms[sum.Algorithm].rank) {
+			sum = sc
+		}
+	}
+	for _, v := range h.Values("Repr-Digest") {
+		for _, item := range strings.Split(v, ",") {
+			name, value, _ := strings.Cut(strings.TrimSpace(item), "=")
+			if strings.EqualFold(name, "sha-256") {
+				consider("SHA256", strings.Trim(value, ":"))
+			}
+		}
+	}
+	for _, v := range h.Values("X-Goog-Hash") {
+		for _, item := range strings.Split(v, ",") {
+			name, value, _ := strings.Cut(strings.TrimSpace(item), "=")
+			switch strings.ToLower(name) {
+			case "crc32c":
+				consider("CRC32C", value)
+			case "md5":
+				if b, err := base64.StdEncoding.DecodeString(value); err == nil && len(b) == md5.Size {
+					md5hex = hex.EncodeToString(b)
+				}
+			}
+		}
+	}
+	return sum, md5hex
 }
 
 func (s *httpSource) Fetch(ctx context.Context, obj *Object, off, n int64) (io.ReadCloser, error) {

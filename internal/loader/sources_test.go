@@ -2,7 +2,9 @@ package loader
 
 import (
 	"context"
+	"crypto/md5"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -193,5 +195,64 @@ func TestSecondLoaderWaitsForTheFirst(t *testing.T) {
 	}
 	if time.Since(start) < 600*time.Millisecond {
 		t.Error("the loader did not wait for the lock holder")
+	}
+}
+
+// An HTTP server that sends the file's digests (GCS's x-goog-hash, RFC 9530's
+// Repr-Digest) has each file checked against them, with parts fetched in parallel;
+// a digest that does not match the bytes fails the load naming the file.
+func TestHTTPSourceDigestHeaders(t *testing.T) {
+	src, _ := smallTree(t)
+	name := "model-00001-of-00002.safetensors" // 3 MiB: several parts
+	content, err := os.ReadFile(filepath.Join(src, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b64 := func(alg string, b []byte) string {
+		h := storeAlgorithms[alg].newHash()
+		h.Write(b)
+		return base64.StdEncoding.EncodeToString(h.Sum(nil))
+	}
+	md5sum := md5.Sum(content)
+	other := append([]byte("not the file"), content...)
+	for _, tc := range []struct {
+		name      string
+		headers   map[string]string
+		wantCheck string
+		wantExit  int
+	}{
+		{"x-goog-hash", map[string]string{"X-Goog-Hash": "crc32c=" + b64("CRC32C", content) + ",md5=" + base64.StdEncoding.EncodeToString(md5sum[:])}, "crc32c", 0},
+		{"x-goog-hash md5 only", map[string]string{"X-Goog-Hash": "md5=" + base64.StdEncoding.EncodeToString(md5sum[:])}, checkMD5, 0},
+		{"Repr-Digest", map[string]string{"Repr-Digest": "sha-512=:AAAA:, sha-256=:" + b64("SHA256", content) + ":"}, "sha256", 0},
+		{"wrong x-goog-hash", map[string]string{"X-Goog-Hash": "crc32c=" + b64("CRC32C", other)}, "", loadspec.ExitChecksum},
+		{"wrong Repr-Digest", map[string]string{"Repr-Digest": "sha-256=:" + b64("SHA256", other) + ":"}, "", loadspec.ExitChecksum},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := http.FileServer(http.Dir(src))
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				for k, v := range tc.headers {
+					w.Header().Set(k, v)
+				}
+				fs.ServeHTTP(w, r)
+			}))
+			defer ts.Close()
+			dest := filepath.Join(t.TempDir(), "model")
+			s, err := runInProcess(t, localOptions(ts.URL+"/"+name, dest))
+			if code := ExitCode(err); code != tc.wantExit {
+				t.Fatalf("exit %d (%v), want %d", code, err, tc.wantExit)
+			}
+			if tc.wantExit != 0 {
+				if s.Failure == nil || !strings.Contains(s.Failure.Message, name) {
+					t.Errorf("failure %+v: want it to name %s", s.Failure, name)
+				}
+				return
+			}
+			if s.Checks[tc.wantCheck] != 1 || !s.Verified {
+				t.Errorf("summary %+v: want the file checked by %s", s, tc.wantCheck)
+			}
+			if got, _ := os.ReadFile(filepath.Join(dest, name)); string(got) != string(content) {
+				t.Error("content differs")
+			}
+		})
 	}
 }
