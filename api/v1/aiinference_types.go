@@ -425,7 +425,12 @@ type LoadReport struct {
 	Throughput string `json:"throughput,omitempty"`
 	// Verified is true when every file was checked against the store's checksum.
 	Verified bool `json:"verified"`
-	CacheHit bool `json:"cacheHit,omitempty"`
+	// Checks counts the files by how they were verified: crc64nvme, crc32c, crc32,
+	// sha256, sha1 (a store checksum or the sha256 manifest), md5 (an ETag),
+	// multipartETag, or size (nothing more was known).
+	// +optional
+	Checks   map[string]int32 `json:"checks,omitempty"`
+	CacheHit bool             `json:"cacheHit,omitempty"`
 }
 
 // LoadFailure is a failed load.

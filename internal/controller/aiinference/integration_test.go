@@ -227,7 +227,8 @@ func TestPhasesFollowPodsFromPendingToReady(t *testing.T) {
 		g.Expect(meta.FindStatusCondition(obj.Status.Conditions, servingv1.ConditionModelLoaded).Reason).To(Equal(servingv1.ReasonLoading))
 	})
 
-	summary := loadspec.Summary{Files: 7, Bytes: 16_000_000_000, BytesFetched: 16_000_000_000, Seconds: 20, ThroughputMBps: 800, Verified: true}
+	summary := loadspec.Summary{Files: 7, Bytes: 16_000_000_000, BytesFetched: 16_000_000_000, Seconds: 20, ThroughputMBps: 800, Verified: true,
+		Checks: map[string]int{"crc64nvme": 6, "md5": 1}}
 	setPodStatus(g, pod, func(s *corev1.PodStatus) {
 		s.InitContainerStatuses = loaderStatus(loaderExited(0, summary, time.Now()))
 		s.ContainerStatuses = []corev1.ContainerStatus{{Name: aiinference.EngineContainerName, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
@@ -239,7 +240,9 @@ func TestPhasesFollowPodsFromPendingToReady(t *testing.T) {
 		g.Expect(obj.Status.LastLoad).NotTo(BeNil())
 		g.Expect(obj.Status.LastLoad.Throughput).To(Equal("800.0 MB/s"))
 		g.Expect(obj.Status.LastLoad.Duration.Duration).To(Equal(20 * time.Second))
-		g.Expect(meta.FindStatusCondition(obj.Status.Conditions, servingv1.ConditionModelLoaded).Message).To(ContainSubstring("7 files (16.0 GB)"))
+		g.Expect(obj.Status.LastLoad.Checks).To(Equal(map[string]int32{"crc64nvme": 6, "md5": 1}))
+		g.Expect(meta.FindStatusCondition(obj.Status.Conditions, servingv1.ConditionModelLoaded).Message).To(
+			And(ContainSubstring("7 files (16.0 GB)"), ContainSubstring("verified (crc64nvme 6, md5 1)")))
 	})
 
 	setPodStatus(g, pod, func(s *corev1.PodStatus) { s.ContainerStatuses[0].Ready = true })

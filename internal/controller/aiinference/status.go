@@ -2,6 +2,9 @@ package aiinference
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -278,6 +281,13 @@ func lastLoad(pods []podView) *servingv1.LoadReport {
 		return nil
 	}
 	s := newest.LoaderSummary
+	var checks map[string]int32
+	for name, n := range s.Checks {
+		if checks == nil {
+			checks = map[string]int32{}
+		}
+		checks[name] = int32(n)
+	}
 	return &servingv1.LoadReport{
 		Pod:          newest.Name,
 		Files:        s.Files,
@@ -286,8 +296,19 @@ func lastLoad(pods []podView) *servingv1.LoadReport {
 		Duration:     metav1.Duration{Duration: time.Duration(s.Seconds * float64(time.Second)).Round(time.Millisecond)},
 		Throughput:   fmt.Sprintf("%.1f MB/s", s.ThroughputMBps),
 		Verified:     s.Verified,
+		Checks:       checks,
 		CacheHit:     s.CacheHit,
 	}
+}
+
+// describeChecks says how many files each check covered, e.g. "crc64nvme 111, md5 1".
+func describeChecks(checks map[string]int32) string {
+	names := slices.Sorted(maps.Keys(checks))
+	parts := make([]string, len(names))
+	for i, name := range names {
+		parts[i] = fmt.Sprintf("%s %d", name, checks[name])
+	}
+	return strings.Join(parts, ", ")
 }
 
 func setModelLoadedCondition(st *servingv1.AIInferenceStatus, generation int64, obs observation) {
@@ -300,6 +321,9 @@ func setModelLoadedCondition(st *servingv1.AIInferenceStatus, generation int64, 
 		verified := "size-checked only"
 		if l.Verified {
 			verified = "verified"
+		}
+		if len(l.Checks) > 0 {
+			verified += " (" + describeChecks(l.Checks) + ")"
 		}
 		msg := fmt.Sprintf("Pod %s loaded %d files (%s) in %s at %s, %s", l.Pod, l.Files, humanBytes(l.Bytes), l.Duration.Duration, l.Throughput, verified)
 		if l.CacheHit {
