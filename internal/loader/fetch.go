@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -66,7 +67,7 @@ func (l *run) prepare(obj *Object, st *fileState, old *marker) (*fileTask, error
 			}
 		}
 		if fi, err := os.Stat(final); err == nil && fi.Mode().IsRegular() && fi.Size() == obj.Size {
-			l.recordDone(obj, check.name)
+			l.recordDone(obj, cmp.Or(st.Check, check.name)) // the check it passed
 			l.present.Add(obj.Size)
 			return nil, nil
 		}
@@ -89,7 +90,7 @@ func (l *run) prepare(obj *Object, st *fileState, old *marker) (*fileTask, error
 	if obj.NoRanges {
 		t.partSize = obj.Size
 	}
-	resume := same && !st.Done && st.PartSize > 0 && len(st.Parts) > 0 &&
+	resume := same && !st.Done && st.Check == check.name && st.PartSize > 0 && len(st.Parts) > 0 &&
 		(!byUploadPart || st.PartSize%obj.UploadPartSize == 0) &&
 		(!obj.NoRanges || st.PartSize == obj.Size)
 	if resume {
@@ -124,12 +125,18 @@ func (l *run) prepare(obj *Object, st *fileState, old *marker) (*fileTask, error
 		if err := os.Remove(tmp); err != nil && !isNotExist(err) {
 			return nil, fileErr(obj.Path, err)
 		}
-		if err := l.jrnl.append(journalRecord{Kind: "file", Path: obj.Path, Size: obj.Size, ETag: obj.ETag, PartSize: t.partSize}); err != nil {
+		if err := l.jrnl.append(t.fileRecord()); err != nil {
 			return nil, err
 		}
 	}
 	t.stream = check.kind == kindWhole && len(t.parts) == 1 && !t.resumed
 	return t, nil
+}
+
+// fileRecord starts the file in the journal: the part records after it hold
+// digests for the file's check, at its part size.
+func (t *fileTask) fileRecord() journalRecord {
+	return journalRecord{Kind: "file", Path: t.obj.Path, Size: t.obj.Size, ETag: t.obj.ETag, PartSize: t.partSize, Check: t.check.name}
 }
 
 // takeSums stores the digests a finished part p gave (from this run or the
@@ -511,7 +518,7 @@ func (l *run) restart(ctx context.Context, t *fileTask) error {
 	if err := t.f.Truncate(t.obj.Size); err != nil {
 		return fileErr(t.obj.Path, err)
 	}
-	if err := l.jrnl.append(journalRecord{Kind: "file", Path: t.obj.Path, Size: t.obj.Size, ETag: t.obj.ETag, PartSize: t.partSize}); err != nil {
+	if err := l.jrnl.append(t.fileRecord()); err != nil {
 		return err
 	}
 	l.present.Add(-t.obj.Size)

@@ -2,6 +2,7 @@ package loader
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -314,10 +315,16 @@ func TestResumeAfterKill(t *testing.T) {
 	// three shards' are multipart.
 	testResumeAfterKill(t, "crc64nvme", treeFiles-1, nil)
 	testResumeAfterKill(t, checkMultipart, 3, []string{"--store-checksums=false"})
+	// Started again with another check, the parts' digests in the journal are for
+	// the old one: the partial files are fetched again, and all still checked.
+	testResumeAfterKill(t, "", 0, nil, "--store-checksums=false")
 }
 
-func testResumeAfterKill(t *testing.T, wantCheck string, wantChecked int, extra []string) {
-	t.Run(wantCheck, func(t *testing.T) {
+// testResumeAfterKill kills a loader run with extra flags, then runs it again with
+// extra and then flags, and wants wantChecked files checked by wantCheck ("": all
+// verified, by whichever checks).
+func testResumeAfterKill(t *testing.T, wantCheck string, wantChecked int, extra []string, then ...string) {
+	t.Run(cmp.Or(wantCheck, "check changed"), func(t *testing.T) {
 		// A slow link (about 4 MB/s per request) so that the loader is surely
 		// mid-download when it is killed.
 		proxy := newFaultProxy(srv.Endpoint, nil)
@@ -348,14 +355,18 @@ func testResumeAfterKill(t *testing.T, wantCheck string, wantChecked int, extra 
 			t.Fatalf("killed run left %d of %d bytes; want a partial download", done, treeBytes)
 		}
 
-		code, s, out := runBinary(t, nil, s3args("s3://models/mp/llama", dest, append([]string{"--concurrency", "4", "--part-size", "1Mi"}, extra...)...)...)
+		args = append([]string{"--concurrency", "4", "--part-size", "1Mi"}, extra...)
+		code, s, out := runBinary(t, nil, s3args("s3://models/mp/llama", dest, append(args, then...)...)...)
 		if code != 0 {
 			t.Fatalf("resumed run exit %d:\n%s", code, out)
 		}
-		if s.BytesFetched != treeBytes-done {
+		switch {
+		case then == nil && s.BytesFetched != treeBytes-done:
 			t.Errorf("resumed run fetched %d bytes, want only the missing %d (of %d)", s.BytesFetched, treeBytes-done, treeBytes)
+		case then != nil && s.BytesFetched <= treeBytes-done:
+			t.Errorf("resumed run with another check fetched %d bytes; want the partial files again, more than the missing %d", s.BytesFetched, treeBytes-done)
 		}
-		if !s.Verified || s.Bytes != treeBytes || s.Files != treeFiles || s.Checks[wantCheck] != wantChecked {
+		if !s.Verified || s.Bytes != treeBytes || s.Files != treeFiles || (wantCheck != "" && s.Checks[wantCheck] != wantChecked) {
 			t.Errorf("summary %+v: want every file verified, %d by %s", s, wantChecked, wantCheck)
 		}
 		assertSameTree(t, dest)

@@ -35,6 +35,8 @@ type journalRecord struct {
 	ETag     string `json:"etag,omitempty"`
 	PartSize int64  `json:"ps,omitempty"`
 	Part     int    `json:"p,omitempty"`
+	// Check is the file's check (a "file" record); its parts' Sums are for it.
+	Check string `json:"check,omitempty"`
 	// Sums holds the hex digests the part gave (see partResult).
 	Sums []string `json:"sums,omitempty"`
 }
@@ -44,6 +46,7 @@ type fileState struct {
 	Size     int64
 	ETag     string
 	PartSize int64
+	Check    string
 	Parts    map[int][][]byte
 	Done     bool
 }
@@ -65,7 +68,7 @@ func readJournal(path string) map[string]*fileState {
 		}
 		switch r.Kind {
 		case "file":
-			states[r.Path] = &fileState{Size: r.Size, ETag: r.ETag, PartSize: r.PartSize, Parts: map[int][][]byte{}}
+			states[r.Path] = &fileState{Size: r.Size, ETag: r.ETag, PartSize: r.PartSize, Check: r.Check, Parts: map[int][][]byte{}}
 		case "part":
 			if st := states[r.Path]; st != nil {
 				if sums, ok := unhexAll(r.Sums); ok {
