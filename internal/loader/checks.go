@@ -88,6 +88,15 @@ func parseStoreChecksum(algorithm, value string) (*StoreChecksum, bool) {
 	return &StoreChecksum{Algorithm: algorithm, Sum: sum, Parts: parts}, true
 }
 
+// cheaper returns whichever of two store checksums (either may be nil) costs less
+// to check.
+func cheaper(a, b *StoreChecksum) *StoreChecksum {
+	if a == nil || b != nil && storeAlgorithms[b.Algorithm].rank < storeAlgorithms[a.Algorithm].rank {
+		return b
+	}
+	return a
+}
+
 // storeAlgorithms are the S3 checksum algorithms the loader can check, cheapest
 // first: a store that keeps several is checked with the first.
 var storeAlgorithms = map[string]struct {

@@ -156,9 +156,8 @@ func (s *httpSource) stat(ctx context.Context, o *Object) error {
 // the bytes of this response only, not the file.)
 func httpDigests(h http.Header) (sum *StoreChecksum, md5hex string) {
 	consider := func(alg, b64 string) {
-		if sc, ok := parseStoreChecksum(alg, b64); ok && sc.Parts == 0 &&
-			(sum == nil || storeAlgorithms[alg].rank < storeAlgorithms[sum.Algorithm].rank) {
-			sum = sc
+		if sc, ok := parseStoreChecksum(alg, b64); ok && sc.Parts == 0 {
+			sum = cheaper(sum, sc)
 		}
 	}
 	for _, v := range h.Values("Repr-Digest") {

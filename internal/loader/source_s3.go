@@ -248,9 +248,7 @@ func storeChecksumOf(out *s3.HeadObjectOutput) *StoreChecksum {
 		if sc.Parts == 0 && out.ChecksumType == types.ChecksumTypeComposite {
 			continue
 		}
-		if best == nil || storeAlgorithms[alg].rank < storeAlgorithms[best.Algorithm].rank {
-			best = sc
-		}
+		best = cheaper(best, sc)
 	}
 	return best
 }
