@@ -14,6 +14,13 @@ import (
 const (
 	// ConfigFileName is the key of the ConfigMap and the file name the loader reads.
 	ConfigFileName = "config.json"
+	// BudgetFileName is the ConfigMap key and file name of the retry budget (see
+	// Budget). It sits beside the configuration but is not part of the pod template
+	// hash, so the operator can change it without rolling the pods.
+	BudgetFileName = "budget.json"
+	// AttemptsFileSuffix is appended to Dest to name the loader's attempt record in
+	// the cache volume: it survives the kubelet restarting the loader in place.
+	AttemptsFileSuffix = ".attempts.json"
 	// ConfigMountDir is where the operator mounts the ConfigMap in the loader container.
 	ConfigMountDir = "/etc/model-loader"
 	// CredentialsMountDir is where the operator mounts the S3 credentials Secret, if any.
@@ -77,6 +84,47 @@ type S3Options struct {
 	PathStyle bool `json:"pathStyle,omitempty"`
 }
 
+// Budget is how many loads the operator grants one pod, and whether loads stopped.
+// A kubelet restarts a failed init container in place for ever (restartPolicy
+// Always), so the loader itself keeps count in the cache volume and refuses to
+// contact the store once the budget is spent.
+type Budget struct {
+	// Epoch names the budget: the pod template and the user's last retry request.
+	// An attempt record of another epoch is ignored and replaced.
+	Epoch string `json:"epoch"`
+	// MaxAttempts bounds the loader runs of one pod in this epoch (loading.maxRetries + 1).
+	MaxAttempts int `json:"maxAttempts"`
+	// Backoff is the wait after a pod's first failed attempt before its next one; it
+	// doubles for each further attempt, up to MaxBackoff.
+	Backoff Duration `json:"backoff"`
+	// Halt, when set, stops every load of this epoch: the operator declared the
+	// object Failed (a permanent error, or the object's retries are spent).
+	Halt *Failure `json:"halt,omitempty"`
+}
+
+// MaxBackoff caps the wait between two attempts.
+const MaxBackoff = 10 * time.Minute
+
+// RetryDelay is the wait before attempt n+1 after n failed attempts (n >= 1): the
+// back-off doubled per earlier failure, capped at MaxBackoff.
+func RetryDelay(backoff time.Duration, n int) time.Duration {
+	d := backoff
+	for i := 1; i < n && d < MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, MaxBackoff)
+}
+
+// Attempts is the loader's record, in the cache volume, of its runs in one epoch.
+type Attempts struct {
+	Epoch string `json:"epoch"`
+	// Failed counts the failed attempts of this epoch.
+	Failed int `json:"failed"`
+	// LastFailure is the last failure and when it happened.
+	LastFailure *Failure  `json:"lastFailure,omitempty"`
+	LastTime    time.Time `json:"lastTime,omitempty"`
+}
+
 // Summary is what the loader writes, as JSON, to its termination message path when
 // it exits, and what the operator copies into the AIInference status.
 type Summary struct {
@@ -123,6 +171,9 @@ const (
 	ReasonInvalidConfig    = "InvalidConfig"
 	ReasonTimeout          = "Timeout"
 	ReasonTransient        = "TransientError"
+	// ReasonHalted: the loader refused to start a download: the operator halted
+	// loads, this pod spent its attempts, or an earlier attempt failed permanently.
+	ReasonHalted = "LoadsHalted"
 )
 
 // Exit codes of the loader. 0 is success; the operator treats ExitRetryable as worth
@@ -133,6 +184,8 @@ const (
 	ExitNotFound      = 21
 	ExitAccessDenied  = 22
 	ExitChecksum      = 23
+	// ExitHalted: the loader made no request (see ReasonHalted).
+	ExitHalted = 24
 )
 
 // IsRetryableExit tells whether a loader exit code is worth another attempt.
@@ -140,7 +193,7 @@ const (
 // retryable: they say nothing about the model itself.
 func IsRetryableExit(code int32) bool {
 	switch code {
-	case ExitInvalidConfig, ExitNotFound, ExitAccessDenied, ExitChecksum:
+	case ExitInvalidConfig, ExitNotFound, ExitAccessDenied, ExitChecksum, ExitHalted:
 		return false
 	}
 	return code != 0
