@@ -240,6 +240,16 @@ type EngineSpec struct {
 	// +kubebuilder:validation:Maximum=65535
 	// +optional
 	Port int32 `json:"port,omitempty"`
+
+	// SecurityContext replaces the engine container's security context. By default the
+	// engine runs as a non-root user (UID 65532) with every capability dropped, no
+	// privilege escalation and the RuntimeDefault seccomp profile, which passes the
+	// Pod Security "restricted" profile; HOME and the caches point at a writable
+	// volume. Set this only for an image that cannot run so (for example one that
+	// must run as root): pods that do not meet "restricted" are refused in
+	// namespaces that enforce it.
+	// +optional
+	SecurityContext *corev1.SecurityContext `json:"securityContext,omitempty"`
 }
 
 // GPUSpec is the GPUs of one replica.
@@ -317,15 +327,22 @@ type CachePVCSpec struct {
 
 // LoadingSpec bounds model loading.
 type LoadingSpec struct {
-	// Timeout is how long one attempt may take to download the model and warm the
-	// engine up until it is ready. The engine's startup probe budget derives from it.
+	// Timeout bounds each stage of one attempt: the download (the loader stops
+	// itself when it runs out), and then the engine's warm-up until its health
+	// endpoint answers (the startup probe's budget). A replica may so take up to
+	// twice this long to become ready; the Deployment's progress deadline allows
+	// for both.
 	// +kubebuilder:default="30m"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="loading.timeout must be a duration between 10s and 24h, e.g. 30m"
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
-	// MaxRetries is how many times a failed load is retried before the object is Failed.
+	// MaxRetries is how many failed loads are retried before loads stop. Every failed
+	// attempt counts, whether the kubelet restarted the loader in place or the pod
+	// was replaced; a change of the pod template, a retry request (the annotation
+	// serving.aiinference.io/requestedAt) or ten minutes of Ready give a fresh budget.
+	// A scale change does not.
 	// +kubebuilder:default=3
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100
@@ -342,7 +359,7 @@ type LoadingSpec struct {
 }
 
 // Phase is a one-word summary of where the AIInference is.
-// +kubebuilder:validation:Enum=Pending;Loading;Ready;Failed
+// +kubebuilder:validation:Enum=Pending;Loading;Ready;Degraded;Failed
 type Phase string
 
 // Phases.
@@ -353,9 +370,19 @@ const (
 	PhaseLoading Phase = "Loading"
 	// PhaseReady: the desired number of replicas serve traffic.
 	PhaseReady Phase = "Ready"
-	// PhaseFailed: loading failed permanently or beyond the retry bound.
+	// PhaseDegraded: some replicas serve, and the others cannot until a person acts
+	// (their loads failed permanently or beyond the retry bound).
+	PhaseDegraded Phase = "Degraded"
+	// PhaseFailed: loading failed permanently or beyond the retry bound, and no
+	// replica serves.
 	PhaseFailed Phase = "Failed"
 )
+
+// AnnotationRequestedAt asks the operator to reconcile now, as Flux's
+// reconcile.fluxcd.io/requestedAt does: set it to a new value (for example
+// `date +%s`). When loads had stopped (Failed or Degraded), the request also
+// grants a fresh retry budget and replaces the pods whose loads failed.
+const AnnotationRequestedAt = "serving.aiinference.io/requestedAt"
 
 // AIInferenceStatus is what the operator observed.
 type AIInferenceStatus struct {
@@ -363,7 +390,9 @@ type AIInferenceStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Phase summarises the state: Pending, Loading, Ready or Failed.
+	// Phase summarises the state of the current spec: Pending, Loading, Ready,
+	// Degraded or Failed. During a rollout it describes the new replicas, while the
+	// Available condition says whether earlier ones still serve.
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
 
@@ -371,9 +400,14 @@ type AIInferenceStatus struct {
 	// +optional
 	Replicas int32 `json:"replicas"`
 
-	// ReadyReplicas is the number of pods whose engine is ready to serve.
+	// ReadyReplicas is the number of pods whose engine is ready to serve, whichever
+	// spec they run.
 	// +optional
 	ReadyReplicas int32 `json:"readyReplicas"`
+
+	// UpdatedReplicas is the number of pods that run the current spec.
+	// +optional
+	UpdatedReplicas int32 `json:"updatedReplicas"`
 
 	// Ready is ready/desired replicas, for display.
 	// +optional
@@ -391,15 +425,27 @@ type AIInferenceStatus struct {
 	// +optional
 	ModelLoaded bool `json:"modelLoaded"`
 
-	// LoadRetries is how many failed loads were retried for the current generation.
+	// LoadRetries is how many failed loads were counted against loading.maxRetries
+	// in the current budget (see loading.maxRetries for what refills it).
 	// +optional
 	LoadRetries int32 `json:"loadRetries"`
+
+	// LoadBudget is the operator's record of what LoadRetries counted.
+	// +optional
+	LoadBudget *LoadBudget `json:"loadBudget,omitempty"`
+
+	// LastHandledRequestedAt is the last value of the serving.aiinference.io/requestedAt
+	// annotation the operator acted on.
+	// +optional
+	LastHandledRequestedAt string `json:"lastHandledRequestedAt,omitempty"`
 
 	// LastLoad is the loader's report of the last successful load.
 	// +optional
 	LastLoad *LoadReport `json:"lastLoad,omitempty"`
 
-	// LastFailure is the last load failure observed.
+	// LastFailure is the last failure observed on a replica of the current spec: a
+	// failed load, or a pod that cannot be scheduled, cannot start or crash-loops.
+	// It stays after the replica recovers, as a record.
 	// +optional
 	LastFailure *LoadFailure `json:"lastFailure,omitempty"`
 
@@ -433,9 +479,24 @@ type LoadReport struct {
 	CacheHit bool             `json:"cacheHit,omitempty"`
 }
 
-// LoadFailure is a failed load.
+// LoadBudget records the failed loads counted against loading.maxRetries.
+type LoadBudget struct {
+	// Epoch names the budget: the pod template and the last retry request. A new
+	// epoch starts a new budget.
+	Epoch string `json:"epoch"`
+	// CountedByPod is how many failed loader runs of each existing pod are counted,
+	// so that a restart in place is counted once.
+	// +optional
+	CountedByPod map[string]int32 `json:"countedByPod,omitempty"`
+	// Halted is the reason loads stopped in this epoch (LoadFailed or
+	// RetriesExhausted); empty while loads may go on.
+	// +optional
+	Halted string `json:"halted,omitempty"`
+}
+
+// LoadFailure is a failure of a replica: a failed load, or a pod that cannot run.
 type LoadFailure struct {
-	// Reason is a stable PascalCase word, e.g. ChecksumMismatch.
+	// Reason is a stable PascalCase word, e.g. ChecksumMismatch or Unschedulable.
 	Reason  string `json:"reason"`
 	Message string `json:"message"`
 	// Pod whose load failed.
@@ -444,7 +505,7 @@ type LoadFailure struct {
 	ExitCode int32 `json:"exitCode,omitempty"`
 	// Retryable tells whether another attempt may succeed.
 	Retryable bool `json:"retryable"`
-	// Retried is true once the operator started another attempt for this failure.
+	// Retried is true when another attempt follows this failure.
 	// +optional
 	Retried bool `json:"retried,omitempty"`
 	// Time the failure was observed.
@@ -460,6 +521,7 @@ type LoadFailure struct {
 // +kubebuilder:storageversion
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.ready`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Model",type=string,JSONPath=`.spec.model.name`
 // +kubebuilder:printcolumn:name="Engine",type=string,JSONPath=`.spec.engine.type`
 // +kubebuilder:printcolumn:name="GPU",type=string,JSONPath=`.status.gpu`

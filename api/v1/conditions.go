@@ -64,4 +64,20 @@ const (
 	ReasonSecretKeyMissing = "SecretKeyMissing"
 	// ReasonPVCNotFound: a referenced PersistentVolumeClaim does not exist.
 	ReasonPVCNotFound = "PVCNotFound"
+	// ReasonRollingOut: the current spec is rolling out; earlier replicas may serve meanwhile.
+	ReasonRollingOut = "RollingOut"
+	// ReasonNameConflict: an object the operator would create already exists and
+	// belongs to someone else; the operator leaves it alone.
+	ReasonNameConflict = "NameConflict"
+	// ReasonReconcileError: a request to the API server failed; the pass is retried
+	// with back-off and the message quotes the API server.
+	ReasonReconcileError = "ReconcileError"
+	// ReasonPodCreateFailed: the ReplicaSet cannot create pods (quota, Pod Security
+	// admission, a webhook); the message quotes the API server.
+	ReasonPodCreateFailed = "PodCreateFailed"
+	// ReasonProgressDeadlineExceeded: the rollout made no progress within the
+	// Deployment's progress deadline, sized from loading.timeout.
+	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
+	// ReasonPartiallyAvailable: some but not all desired replicas serve.
+	ReasonPartiallyAvailable = "PartiallyAvailable"
 )

@@ -56,6 +56,7 @@ type v1Fields struct {
 	ServiceAccount   string                        `json:"serviceAccountName,omitempty"`
 	PodMetadata      *servingv1.PodMetadata        `json:"podMetadata,omitempty"`
 	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+	EngineSecurity   *corev1.SecurityContext       `json:"engineSecurityContext,omitempty"`
 	Status           *v1StatusFields               `json:"status,omitempty"`
 }
 
@@ -67,6 +68,9 @@ type v1StatusFields struct {
 	LoadRetries int32                  `json:"loadRetries,omitempty"`
 	LastLoad    *servingv1.LoadReport  `json:"lastLoad,omitempty"`
 	LastFailure *servingv1.LoadFailure `json:"lastFailure,omitempty"`
+	Updated     int32                  `json:"updatedReplicas,omitempty"`
+	LoadBudget  *servingv1.LoadBudget  `json:"loadBudget,omitempty"`
+	RequestedAt string                 `json:"lastHandledRequestedAt,omitempty"`
 }
 
 // modelLocation is how v1alpha1 says where the model is.
@@ -137,6 +141,7 @@ func (src *AIInference) ConvertTo(dstRaw conversion.Hub) error {
 		PodMetadata:        saved.PodMetadata.DeepCopy(),
 		ImagePullSecrets:   append([]corev1.LocalObjectReference(nil), saved.ImagePullSecrets...),
 	}
+	dst.Spec.Engine.SecurityContext = saved.EngineSecurity.DeepCopy()
 	if len(dst.Spec.ImagePullSecrets) == 0 {
 		dst.Spec.ImagePullSecrets = nil
 	}
@@ -157,6 +162,9 @@ func (src *AIInference) ConvertTo(dstRaw conversion.Hub) error {
 		dst.Status.LoadRetries = ss.LoadRetries
 		dst.Status.LastLoad = ss.LastLoad.DeepCopy()
 		dst.Status.LastFailure = ss.LastFailure.DeepCopy()
+		dst.Status.UpdatedReplicas = ss.Updated
+		dst.Status.LoadBudget = ss.LoadBudget.DeepCopy()
+		dst.Status.LastHandledRequestedAt = ss.RequestedAt
 	}
 	return nil
 }
@@ -187,6 +195,7 @@ func (dst *AIInference) ConvertFrom(srcRaw conversion.Hub) error {
 		ServiceAccount:   s.ServiceAccountName,
 		PodMetadata:      s.PodMetadata.DeepCopy(),
 		ImagePullSecrets: append([]corev1.LocalObjectReference(nil), s.ImagePullSecrets...),
+		EngineSecurity:   s.Engine.SecurityContext.DeepCopy(),
 	}
 	if !equality.Semantic.DeepEqual(sourceFromLocation(loc), s.Model.Source) {
 		lost.Source = s.Model.Source.DeepCopy()
@@ -235,6 +244,7 @@ func (dst *AIInference) ConvertFrom(srcRaw conversion.Hub) error {
 	statusLost := v1StatusFields{
 		Ready: st.Ready, GPU: st.GPU, ModelLoaded: st.ModelLoaded, LoadRetries: st.LoadRetries,
 		LastLoad: st.LastLoad.DeepCopy(), LastFailure: st.LastFailure.DeepCopy(),
+		Updated: st.UpdatedReplicas, LoadBudget: st.LoadBudget.DeepCopy(), RequestedAt: st.LastHandledRequestedAt,
 	}
 	if !equality.Semantic.DeepEqual(statusLost, v1StatusFields{}) {
 		lost.Status = &statusLost

@@ -1,4 +1,4 @@
-package aiinference_test
+package integration
 
 import (
 	"context"

@@ -1,4 +1,7 @@
-package aiinference_test
+// Package integration tests the AIInference controller inside the real manager
+// against a real kube-apiserver and etcd (envtest). The pure unit tests live
+// beside the controller and need no binaries.
+package integration
 
 import (
 	"context"
