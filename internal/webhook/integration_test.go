@@ -3,8 +3,21 @@ package webhook_test
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -401,20 +414,99 @@ func TestCertificateRotationDoesNotBreakConversion(t *testing.T) {
 	}
 }
 
-// Readiness fails until the webhook serving certificate is there.
+// Readiness fails, and the operator logs why, until the webhook serving
+// certificate is there; then the webhook server starts with that certificate
+// and readiness passes. The operator here is a second one, with the webhook
+// server and readiness check as manager.New wires them but no controllers, in
+// cert-manager mode: the test decides when the certificate appears. (Self-managed
+// mode would issue one at once, and inject its CA into the suite's webhook
+// configurations.)
 func TestReadinessWaitsForTheCertificate(t *testing.T) {
 	g := NewWithT(t)
-	// A second operator, set up but never started: its readiness check fails.
-	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{Scheme: testScheme(), Metrics: metricsserver.Options{BindAddress: "0"}})
-	g.Expect(err).NotTo(HaveOccurred())
 	port, err := freePort()
 	g.Expect(err).NotTo(HaveOccurred())
-	check, err := webhook.Setup(mgr, webhook.Options{
-		Port: port, Host: "127.0.0.1", CertDir: t.TempDir(), CertMode: webhook.CertSelfManaged,
-		SecretName: "unstarted-webhook-cert", SecretNamespace: certNamespace, DNSName: "localhost",
-		CRDName: webhook.DefaultCRDName, MutatingConfigName: manifests.Mutating.Name, ValidatingConfigName: manifests.Validating.Name,
+	probePort, err := freePort()
+	g.Expect(err).NotTo(HaveOccurred())
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+		Scheme:                 testScheme(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: fmt.Sprintf("127.0.0.1:%d", probePort),
 	})
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(check(nil)).To(MatchError(ContainSubstring("the webhook serving certificate is not ready yet")))
-	t.Logf("the suite's operator failed readiness before it served: %v", notReadySeen)
+	certDir := t.TempDir()
+	check, err := webhook.Setup(mgr, webhook.Options{Port: port, Host: "127.0.0.1", CertDir: certDir, CertMode: webhook.CertManager})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(mgr.AddReadyzCheck("webhook", check)).To(Succeed())
+
+	_, logOffset := operatorLog.Since(0)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the second operator stopped with: %v", err)
+		}
+	})
+
+	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort)
+	notReady := func(g Gomega) {
+		status, body := httpGet(g, readyz+"/webhook")
+		g.Expect(status).To(Equal(http.StatusInternalServerError))
+		g.Expect(body).To(ContainSubstring("the webhook serving certificate is not ready yet"))
+	}
+	g.Eventually(notReady).WithTimeout(30 * time.Second).WithPolling(50 * time.Millisecond).Should(Succeed())
+	// Longer than the operator's once-a-second look for the certificate file.
+	g.Consistently(notReady).WithTimeout(2500 * time.Millisecond).WithPolling(100 * time.Millisecond).Should(Succeed())
+	status, body := httpGet(g, readyz)
+	g.Expect(status).To(Equal(http.StatusInternalServerError), body)
+	g.Eventually(func() string { log, _ := operatorLog.Since(logOffset); return log }).Should(
+		MatchRegexp(`healthz check failed\t\{"checker": "webhook", "error": "the webhook serving certificate is not ready yet"\}`))
+	_, err = net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+	g.Expect(err).To(HaveOccurred(), "the webhook server listens without a certificate")
+
+	// The key first: the operator starts the server once tls.crt exists.
+	certDER, keyPEM := selfSignedCert(g)
+	g.Expect(os.WriteFile(filepath.Join(certDir, corev1.TLSPrivateKeyKey), keyPEM, 0o600)).To(Succeed())
+	g.Expect(os.WriteFile(filepath.Join(certDir, corev1.TLSCertKey), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: certDER}), 0o600)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		status, body := httpGet(g, readyz)
+		g.Expect(status).To(Equal(http.StatusOK), body)
+	}).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+	conn, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // reads the certificate only
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = conn.Close() }()
+	g.Expect(conn.ConnectionState().PeerCertificates[0].Raw).To(Equal(certDER), "the webhook server serves the certificate written")
+}
+
+// httpGet returns the status code and body of a GET of url.
+func httpGet(g Gomega, url string) (int, string) {
+	resp, err := http.Get(url) //nolint:gosec,noctx // a loopback test endpoint
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	g.Expect(err).NotTo(HaveOccurred())
+	return resp.StatusCode, string(body)
+}
+
+// selfSignedCert returns a certificate for 127.0.0.1 and localhost (DER) and
+// its key (PEM).
+func selfSignedCert(g Gomega) ([]byte, []byte) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	g.Expect(err).NotTo(HaveOccurred())
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "localhost"},
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:    time.Now().Add(-time.Minute),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	g.Expect(err).NotTo(HaveOccurred())
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	g.Expect(err).NotTo(HaveOccurred())
+	return der, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
 }

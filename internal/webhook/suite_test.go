@@ -1,6 +1,7 @@
 package webhook_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,8 +49,10 @@ var (
 	webhookAddr string // 127.0.0.1:port of the webhook server
 	readyzURL   string
 	manifests   *webhook.LocalManifests
-	// stopManager stops the operator (for the webhook-down test, which runs last).
+	// stopManager stops the operator (for the webhook-down check after the tests).
 	stopManager func()
+	// operatorLog is everything the operators of this process log, at debug level.
+	operatorLog = &lockedBuffer{}
 	// notReadySeen is whether readiness was seen failing before the webhook served.
 	notReadySeen bool
 )
@@ -68,7 +72,7 @@ func runSuite(m *testing.M) int {
 	if os.Getenv("TEST_OPERATOR_LOGS") != "" {
 		logs = os.Stderr
 	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(logs), zap.UseDevMode(true)))
+	ctrl.SetLogger(zap.New(zap.WriteTo(io.MultiWriter(logs, operatorLog)), zap.UseDevMode(true)))
 	fail := func(what string, err error) int {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", what, err)
 		return 1
@@ -158,7 +162,17 @@ func runSuite(m *testing.M) int {
 		return fail("the operator never became ready", err)
 	}
 	fmt.Fprintf(os.Stderr, "operator ready with its webhooks after %s (readiness failed before: %v)\n", time.Since(start).Round(time.Millisecond), notReadySeen)
-	return m.Run()
+	code := m.Run()
+	logf := func(format string, args ...any) {
+		if testing.Verbose() {
+			fmt.Fprintf(os.Stderr, format+"\n", args...)
+		}
+	}
+	if err := checkWebhookDownIsAClearAPIError(logf); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL: with the operator down:", err)
+		code = 1
+	}
+	return code
 }
 
 // waitReady polls the manager's webhook readiness check until it passes.
@@ -181,6 +195,26 @@ func waitReady(timeout time.Duration) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return fmt.Errorf("last answer: %s", last)
+}
+
+// lockedBuffer is a bytes.Buffer that the operator's goroutines may write to
+// while a test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// Since returns what was written after the first offset bytes, and the new offset.
+func (b *lockedBuffer) Since(offset int) (string, int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf.Bytes()[offset:]), b.buf.Len()
 }
 
 func freePort() (int, error) {
