@@ -4,7 +4,11 @@
 # into a cache folder outside the repository, keyed by the pinned version.
 # A binary already in the cache is reused, so only the first run pays the build.
 #
-# Usage: hack/tools/build.sh GROUP...   (groups: envtest cluster s3 rclone all)
+# Usage: hack/tools/build.sh GROUP...
+#   groups: envtest cluster s3 rclone node sim images all
+#   node: kubelet, kube-proxy, containerd, runc and CNI plugins of a real node;
+#   sim: llm-d-inference-sim; images: the real node's image tarballs (pause,
+#   model-loader, llm-d-inference-sim) for `ctr images import`.
 # Prints the folder of the last group built, e.g. for KUBEBUILDER_ASSETS.
 # AIINFERENCE_CACHE overrides the cache root (default ~/.cache/aiinference-operator).
 set -euo pipefail
@@ -18,9 +22,11 @@ version_of() {
 	awk -v m="$2" '$1 == "require" {$1 = ""; $0 = $0} $1 == m && $2 ~ /^v/ {print $2; exit}' "$tools_dir/$1/go.mod"
 }
 
-# build MODULE_DIR MODULE PACKAGE BINARY: build one binary into the versioned cache folder.
+# build MODULE_DIR MODULE PACKAGE BINARY [GO_BUILD_FLAG...]: build one binary into
+# the versioned cache folder. Static (CGO_ENABLED=0) unless called as cgo=1 build ...
 build() {
 	local dir=$1 module=$2 pkg=$3 bin=$4
+	shift 4
 	local version out
 	version=$(version_of "$dir" "$module")
 	[ -n "$version" ] || { echo "build.sh: no version of $module in $dir/go.mod" >&2; exit 1; }
@@ -29,7 +35,7 @@ build() {
 		mkdir -p "$out"
 		echo "Building $bin $version into $out (first run only; this can take minutes)" >&2
 		# Build to a temporary name and rename, so a killed build never leaves a half binary.
-		(cd "$tools_dir/$dir" && CGO_ENABLED=0 go build -trimpath -o "$out/.$bin.$$.tmp" "$pkg")
+		(cd "$tools_dir/$dir" && CGO_ENABLED=${cgo:-0} go build -trimpath "$@" -o "$out/.$bin.$$.tmp" "$pkg")
 		mv "$out/.$bin.$$.tmp" "$out/$bin"
 	fi
 	echo "$out"
@@ -46,6 +52,13 @@ link_into() {
 kube_version=$(version_of kube k8s.io/kubernetes)
 etcd_version=$(version_of etcd go.etcd.io/etcd/server/v3)
 kwok_version=$(version_of kwok sigs.k8s.io/kwok)
+containerd_version=$(version_of containerd github.com/containerd/containerd/v2)
+runc_version=$(version_of runc github.com/opencontainers/runc)
+cni_version=$(version_of cni github.com/containernetworking/plugins)
+sim_version=$(version_of sim github.com/llm-d/llm-d-inference-sim)
+# Without these, the binaries built from the module report v0.0.0-master, which
+# a kubelet cannot join a cluster with.
+kube_ldflags="-X k8s.io/component-base/version.gitVersion=$kube_version -X k8s.io/client-go/pkg/version.gitVersion=$kube_version"
 
 envtest() {
 	local kube etcd
@@ -72,11 +85,87 @@ cluster() {
 s3() { build versitygw github.com/versity/versitygw github.com/versity/versitygw/cmd/versitygw versitygw; }
 rclone() { build rclone github.com/rclone/rclone github.com/rclone/rclone rclone; }
 
-[ $# -gt 0 ] || { sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+# need_libseccomp: runc's seccomp support links libseccomp through pkg-config.
+need_libseccomp() {
+	pkg-config --exists libseccomp 2>/dev/null && return
+	[ "$(id -u)" = 0 ] || { echo "build.sh: runc needs libseccomp-dev and pkg-config (apt-get install libseccomp-dev pkg-config, as root)" >&2; exit 1; }
+	echo "Installing libseccomp-dev and pkg-config for runc" >&2
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get install -y -qq libseccomp-dev pkg-config >&2 ||
+		{ apt-get update -qq >&2 && apt-get install -y -qq libseccomp-dev pkg-config >&2; }
+}
+
+node() {
+	local kube containerd runc cni bin plugin dir
+	for bin in containerd containerd-shim-runc-v2 ctr; do
+		containerd=$(build containerd github.com/containerd/containerd/v2 "github.com/containerd/containerd/v2/cmd/$bin" "$bin" \
+			-tags "no_btrfs no_devmapper no_zfs urfave_cli_no_docs" \
+			-ldflags "-X github.com/containerd/containerd/v2/version.Version=${containerd_version#v}")
+	done
+	need_libseccomp
+	runc=$(cgo=1 build runc github.com/opencontainers/runc github.com/opencontainers/runc runc -tags "seccomp urfave_cli_no_docs")
+	for plugin in main/bridge main/loopback ipam/host-local meta/portmap; do
+		cni=$(build cni github.com/containernetworking/plugins "github.com/containernetworking/plugins/plugins/$plugin" "$(basename "$plugin")")
+	done
+	# Last: they share most packages with kube-apiserver, so its build makes them quick.
+	kube=$(build kube k8s.io/kubernetes k8s.io/kubernetes/cmd/kubelet kubelet -ldflags "$kube_ldflags")
+	build kube k8s.io/kubernetes k8s.io/kubernetes/cmd/kube-proxy kube-proxy -ldflags "$kube_ldflags" >/dev/null
+	dir="$cache_root/bin/node-$kube_version-containerd-$containerd_version-runc-$runc_version-cni-$cni_version"
+	link_into "$dir" "$kube/kubelet" "$kube/kube-proxy" "$containerd/containerd" \
+		"$containerd/containerd-shim-runc-v2" "$containerd/ctr" "$runc/runc"
+	link_into "$dir/cni" "$cni/bridge" "$cni/loopback" "$cni/host-local" "$cni/portmap"
+	echo "$dir"
+}
+
+sim() {
+	build sim github.com/llm-d/llm-d-inference-sim github.com/llm-d/llm-d-inference-sim/cmd/llm-d-inference-sim llm-d-inference-sim
+}
+
+# image NAME BINARY USER [TAG_PREFIX]: write the image tarball of one static
+# binary, named after the content that goes into it (the binary, the image
+# writer's source, the settings), and print its path. The image is
+# localcluster.local/NAME:TAG_PREFIX<content key>, so a changed binary gets a new
+# image reference.
+image() {
+	local name=$1 binary=$2 user=$3 tag_prefix=${4:-}
+	local key out
+	key=$({ sha256sum <"$binary"; cat "$images_src"/go.sum "$images_src"/*.go; echo "$user $tag_prefix"; } | sha256sum | cut -c1-16)
+	out="$cache_root/images/$name-$key.tar"
+	if [ ! -f "$out" ]; then
+		mkdir -p "$cache_root/images"
+		echo "Writing image localcluster.local/$name:$tag_prefix$key into $out" >&2
+		[ -x "$work/image-writer" ] || (cd "$images_src" && CGO_ENABLED=0 go build -trimpath -o "$work/image-writer" .)
+		"$work/image-writer" -binary "$binary" -tag "localcluster.local/$name:$tag_prefix$key" -user "$user" -out "$out.$$.tmp"
+		mv "$out.$$.tmp" "$out"
+	fi
+	echo "$out"
+}
+
+images() {
+	local sim_bin images_src work pause loader engine dir
+	sim_bin=$(sim)/llm-d-inference-sim
+	images_src=$(cd "$tools_dir/../images" && pwd)
+	work=$(mktemp -d)
+	# shellcheck disable=SC2064 # expand work now: it is local to this function.
+	trap "rm -rf '$work'" EXIT
+	(cd "$images_src" && CGO_ENABLED=0 go build -trimpath -o "$work/pause" ./pause)
+	(cd "$tools_dir/../.." && CGO_ENABLED=0 go build -trimpath -o "$work/model-loader" ./cmd/model-loader)
+	pause=$(image pause "$work/pause" 65535:65535)
+	loader=$(image model-loader "$work/model-loader" 65532:65532)
+	engine=$(image llm-d-inference-sim "$sim_bin" 65532:65532 "$sim_version-")
+	dir="$cache_root/images/set-$(basename "$pause" .tar)-$(basename "$loader" .tar)-$(basename "$engine" .tar)"
+	mkdir -p "$dir"
+	ln -sfn "$pause" "$dir/pause.tar"
+	ln -sfn "$loader" "$dir/model-loader.tar"
+	ln -sfn "$engine" "$dir/llm-d-inference-sim.tar"
+	echo "$dir"
+}
+
+[ $# -gt 0 ] || { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 for group in "$@"; do
 	case "$group" in
-	envtest | cluster | s3 | rclone) last=$("$group") ;;
-	all) cluster >/dev/null; s3 >/dev/null; last=$(rclone) ;;
+	envtest | cluster | s3 | rclone | node | sim | images) last=$("$group") ;;
+	all) cluster >/dev/null; s3 >/dev/null; rclone >/dev/null; node >/dev/null; last=$(images) ;;
 	*) echo "build.sh: unknown group $group" >&2; exit 2 ;;
 	esac
 done

@@ -56,6 +56,8 @@ type Options struct {
 	RepoRoot string
 	// NodePools are the simulated nodes. Nil: DefaultNodePools. Empty: no nodes.
 	NodePools []NodePool
+	// RealNodes configure the nodes of the pools with Real set (only used then).
+	RealNodes RealNodeOptions
 	// Dir is the cluster's directory (etcd data, keys, kubeconfig, logs). Empty: a
 	// new temporary directory that Stop removes. A Dir given here is created if
 	// needed, must be empty, and is left in place by Stop, logs included.
@@ -80,6 +82,8 @@ type Cluster struct {
 	mu      sync.Mutex
 	procs   []*process // in start order
 	stopped bool
+
+	real realNodes
 }
 
 // ports are the loopback ports of the components.
@@ -129,6 +133,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := checkBinaries(binDir); err != nil {
 		return nil, err
 	}
+	if opts.RealNodes, err = prepareRealNodes(ctx, opts, pools, progress); err != nil {
+		return nil, err
+	}
 
 	timeout := opts.StartTimeout
 	if timeout == 0 {
@@ -161,7 +168,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 
 // start makes one attempt at starting a cluster.
 func start(ctx context.Context, opts Options, binDir, stageDir string, pools []NodePool, progress io.Writer) (_ *Cluster, err error) {
-	c := &Cluster{dir: opts.Dir, progress: progress}
+	c := &Cluster{dir: opts.Dir, progress: progress, real: realNodes{options: opts.RealNodes, repoRoot: opts.RepoRoot}}
 	if c.dir == "" {
 		if c.dir, err = os.MkdirTemp("", "localcluster-"); err != nil {
 			return nil, err
@@ -243,7 +250,9 @@ func start(ctx context.Context, opts Options, binDir, stageDir string, pools []N
 		"--client-ca-file="+sec.caCert,
 		"--etcd-servers="+etcdURL,
 		"--token-auth-file="+sec.tokenAuthFile,
-		"--authorization-mode=RBAC",
+		// Node and NodeRestriction confine a real node's kubelet to its own node and pods.
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
 		"--service-account-key-file="+sec.saPub,
 		"--service-account-signing-key-file="+sec.saKey,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
@@ -424,6 +433,9 @@ func (c *Cluster) Stop() error {
 		p := c.procs[i]
 		fmt.Fprintf(c.progress, "Stopping %s (pid %d)\n", p.name, p.PID())
 		p.stop(10 * time.Second)
+	}
+	if err := c.tearDownRealNodes(); err != nil {
+		return err // the directory stays: something may still be mounted in it
 	}
 	if c.removeDir {
 		if err := os.RemoveAll(c.dir); err != nil {

@@ -54,6 +54,11 @@ type NodePool struct {
 	Pods int `json:"pods,omitempty"`
 	// Labels are extra node labels.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Real nodes run a kubelet, containerd and runc on this host instead of being
+	// simulated by kwok; their pods run for real. Their CPU and memory are the
+	// host's, so CPU and Memory stay empty. Needs root and cgroup v1
+	// (CheckRealNodeHost).
+	Real bool `json:"real,omitempty"`
 }
 
 // NodePoolList is the file format of a node pool description
@@ -143,7 +148,10 @@ func (p NodePool) Validate() error {
 	if (p.GPUProduct == "") != (p.GPUCount == 0) {
 		return fmt.Errorf("pool %s: gpuProduct and gpuCount go together (both set for GPU nodes, both empty for CPU-only nodes)", p.Name)
 	}
-	if p.CPU.Sign() <= 0 || p.Memory.Sign() <= 0 {
+	if p.Real && (!p.CPU.IsZero() || !p.Memory.IsZero()) {
+		return fmt.Errorf("pool %s: a real node has the host's cpu and memory: leave cpu and memory empty", p.Name)
+	}
+	if !p.Real && (p.CPU.Sign() <= 0 || p.Memory.Sign() <= 0) {
 		return fmt.Errorf("pool %s: cpu and memory must be positive", p.Name)
 	}
 	if p.Pods < 0 {

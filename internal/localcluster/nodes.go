@@ -25,8 +25,12 @@ func (c *Cluster) AddNodes(ctx context.Context, pool NodePool) ([]string, error)
 	return names, c.WaitNodesReady(ctx, names...)
 }
 
-// createNodes creates pool.Count nodes of pool, skipping names that exist.
+// createNodes creates pool.Count nodes of pool, skipping names that exist. The
+// nodes of a real pool are started on this host.
 func (c *Cluster) createNodes(ctx context.Context, pool NodePool) ([]string, error) {
+	if pool.Real {
+		return c.startRealNodes(ctx, pool)
+	}
 	var names []string
 	for index := 0; len(names) < pool.Count; index++ {
 		node := pool.Node(index)

@@ -1,0 +1,114 @@
+// Command images writes an image made of one static binary as a tarball that
+// `ctr -n k8s.io images import --local` accepts, with no Docker daemon and no
+// registry. hack/tools/build.sh (group images) runs it for the real nodes of the
+// local cluster.
+//
+// The layer is built with fixed timestamps and owners, so the same binary and
+// flags always give the same image digest.
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+func main() {
+	binary := flag.String("binary", "", "static binary to put in the image (required)")
+	entrypoint := flag.String("entrypoint", "", "path of the binary in the image (default: /<base name of -binary>)")
+	tag := flag.String("tag", "", "image reference written into the tarball, e.g. localcluster.local/pause:3.10 (required)")
+	user := flag.String("user", "65532:65532", "user:group the image runs as")
+	out := flag.String("out", "", "tarball to write (required)")
+	flag.Parse()
+	if *binary == "" || *tag == "" || *out == "" || flag.NArg() > 0 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	if *entrypoint == "" {
+		*entrypoint = "/" + path.Base(*binary)
+	}
+	if err := writeImage(*binary, *entrypoint, *tag, *user, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "images:", err)
+		os.Exit(1)
+	}
+}
+
+func writeImage(binary, entrypoint, tag, user, out string) error {
+	ref, err := name.NewTag(tag)
+	if err != nil {
+		return err
+	}
+	program, err := os.ReadFile(binary)
+	if err != nil {
+		return err
+	}
+	layerTar, err := rootFS(strings.TrimPrefix(entrypoint, "/"), program)
+	if err != nil {
+		return err
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(layerTar)), nil
+	})
+	if err != nil {
+		return err
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return err
+	}
+	configFile, err := img.ConfigFile()
+	if err != nil {
+		return err
+	}
+	configFile = configFile.DeepCopy()
+	configFile.OS = "linux"
+	configFile.Architecture = "amd64"
+	configFile.Config = v1.Config{
+		Entrypoint: []string{entrypoint},
+		User:       user,
+		WorkingDir: "/",
+		// HOME points at a writable folder, for programs that keep a cache there.
+		Env: []string{"PATH=/", "HOME=/tmp"},
+	}
+	if img, err = mutate.ConfigFile(img, configFile); err != nil {
+		return err
+	}
+	return tarball.WriteToFile(out, ref, img)
+}
+
+// rootFS is the image's only layer: the program at programPath (relative to /)
+// and a world-writable /tmp, with fixed times and root ownership.
+func rootFS(programPath string, program []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	epoch := time.Unix(0, 0)
+	headers := []*tar.Header{
+		{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777, ModTime: epoch},
+		{Name: programPath, Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(program)), ModTime: epoch},
+	}
+	for _, h := range headers {
+		h.Format = tar.FormatPAX
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := tw.Write(program); err != nil {
+		return nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
