@@ -59,6 +59,8 @@ func ExitCode(err error) int {
 		return loadspec.ExitAccessDenied
 	case loadspec.ReasonChecksumMismatch:
 		return loadspec.ExitChecksum
+	case loadspec.ReasonHalted:
+		return loadspec.ExitHalted
 	}
 	return loadspec.ExitRetryable
 }

@@ -39,6 +39,7 @@ type faultProxy struct {
 	mu       sync.Mutex
 	faults   map[fault]int
 	stallGap []time.Duration // for each stall: from the last byte sent to the client giving up
+	arrivals []time.Time     // when each request, of any kind, arrived
 }
 
 func newFaultProxy(target string, plan func(n int) fault) *faultProxy {
@@ -64,6 +65,9 @@ func newFaultProxy(target string, plan func(n int) fault) *faultProxy {
 		return nil
 	}
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.mu.Lock()
+		p.arrivals = append(p.arrivals, time.Now())
+		p.mu.Unlock()
 		f := passThrough
 		if r.Method == http.MethodGet && r.Header.Get("Range") != "" && p.plan != nil {
 			f = p.plan(int(p.gets.Add(1)))
@@ -107,6 +111,13 @@ func (p *faultProxy) count(f fault) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.faults[f]
+}
+
+// requests returns when each request so far arrived.
+func (p *faultProxy) requests() []time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]time.Time(nil), p.arrivals...)
 }
 
 func (p *faultProxy) recordStall(d time.Duration) {

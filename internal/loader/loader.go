@@ -30,9 +30,18 @@ import (
 // 1 MiB ones in the benchmark (`make bench-loader`).
 const bufSize = 128 << 10
 
-// Run loads the model the options describe. The summary is filled whether or not
-// the load succeeds; the error, if any, is (or wraps) an *Error (see ExitCode).
+// Run loads the model the options describe, within the budget if there is one.
+// The summary is filled whether or not the load succeeds; the error, if any, is
+// (or wraps) an *Error (see ExitCode).
 func Run(ctx context.Context, o Options, log *slog.Logger) (loadspec.Summary, error) {
+	if o.Budget != nil {
+		return runBudgeted(ctx, o, *o.Budget, log)
+	}
+	return runOnce(ctx, o, log)
+}
+
+// runOnce is one attempt at the load, bounded by the options' timeout.
+func runOnce(ctx context.Context, o Options, log *slog.Logger) (loadspec.Summary, error) {
 	start := time.Now()
 	l := &run{opts: o, log: log, start: start}
 	ctx, cancel := context.WithTimeoutCause(ctx, o.Timeout.Duration, context.DeadlineExceeded)

@@ -37,6 +37,9 @@ type Options struct {
 	// SHA1) when it has one: a CRC costs next to nothing, so this comes before the
 	// ETag checks. Off is for stores that report checksums they do not keep.
 	StoreChecksums bool
+	// Budget is the operator's retry budget (see runBudgeted); nil when there is no
+	// budget file, as when the loader runs by hand: then nothing bounds the loads.
+	Budget *loadspec.Budget
 }
 
 // Defaults for settings neither the file nor the flags give.
@@ -55,6 +58,7 @@ const (
 // flagValues holds what the command line said, before it is merged over the file.
 type flagValues struct {
 	config, source, dest, endpoint, region, manifest string
+	budget                                           string
 	pathStyle                                        bool
 	concurrency                                      int
 	partSize                                         string
@@ -75,6 +79,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, error) {
 	fset.SetOutput(stderr)
 	var fv flagValues
 	fset.StringVar(&fv.config, "config", DefaultConfigPath, "configuration file (JSON, the operator's schema); a missing file at the default path is ignored")
+	fset.StringVar(&fv.budget, "budget", "", "retry budget file (JSON, the operator's schema); default: "+loadspec.BudgetFileName+" beside --config, and none when that is missing")
 	fset.StringVar(&fv.source, "source", "", "model location: s3://BUCKET/PREFIX, http(s)://HOST/PATH, or file:///PATH")
 	fset.StringVar(&fv.dest, "dest", "", "destination folder")
 	fset.StringVar(&fv.endpoint, "endpoint", "", "S3 endpoint URL of an S3-compatible store (empty: AWS)")
@@ -112,7 +117,16 @@ func ParseArgs(args []string, stderr io.Writer) (Options, error) {
 	default:
 		return partial(), failf(loadspec.ReasonInvalidConfig, "", "configuration file: %v", err)
 	}
-	return mergeOptions(file, fv, set)
+	o, err := mergeOptions(file, fv, set)
+	if err != nil {
+		return o, err
+	}
+	budgetPath := fv.budget
+	if !set["budget"] {
+		budgetPath = filepath.Join(filepath.Dir(fv.config), loadspec.BudgetFileName)
+	}
+	o.Budget, err = readBudget(budgetPath, set["budget"])
+	return o, err
 }
 
 // mergeOptions lays the flags that were set over the file's configuration, fills

@@ -121,6 +121,7 @@ func TestExitCodes(t *testing.T) {
 		{fmt.Errorf("wrapped: %w", failf(loadspec.ReasonAccessDenied, "", "x")), loadspec.ExitAccessDenied},
 		{failf(loadspec.ReasonChecksumMismatch, "f", "x"), loadspec.ExitChecksum},
 		{failf(loadspec.ReasonInvalidConfig, "", "x"), loadspec.ExitInvalidConfig},
+		{failf(loadspec.ReasonHalted, "", "x"), loadspec.ExitHalted},
 		{failf(loadspec.ReasonTimeout, "", "x"), loadspec.ExitRetryable},
 		{errors.New("anything else"), loadspec.ExitRetryable},
 	} {
