@@ -2,7 +2,8 @@
 // (etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok on
 // 127.0.0.1) that keeps running in the background.
 //
-//	localcluster up [--nodes FILE] [--state-dir DIR]   start it (or say it is running)
+//	localcluster up [--nodes FILE] [--kubelet-delay-scale X] [--state-dir DIR]
+//	                                                    start it (or say it is running)
 //	localcluster down [--state-dir DIR]                 stop it and remove its files
 //	localcluster status [--state-dir DIR]               show it; exit 1 if not running
 //	localcluster kubeconfig [--state-dir DIR]           print the kubeconfig path
@@ -74,7 +75,8 @@ func run(args []string) error {
 
 	switch command {
 	case "up":
-		s, err := localcluster.Up(ctx, localcluster.UpOptions{StateDir: f.stateDir, NodesFile: f.nodes, Out: os.Stderr})
+		s, err := localcluster.Up(ctx, localcluster.UpOptions{StateDir: f.stateDir, NodesFile: f.nodes,
+			KubeletDelayScale: f.kubeletDelayScale, Out: os.Stderr})
 		if err != nil {
 			return err
 		}
@@ -110,6 +112,7 @@ func run(args []string) error {
 	case "supervise":
 		return localcluster.RunSupervisor(localcluster.SupervisorOptions{
 			StateDir: f.stateDir, BinDir: f.binDir, KwokStageDir: f.stageDir, NodesFile: f.nodes,
+			KubeletDelayScale: f.kubeletDelayScale,
 		})
 	default:
 		fmt.Fprint(os.Stderr, usage)
@@ -118,7 +121,8 @@ func run(args []string) error {
 }
 
 type flags struct {
-	stateDir, nodes string
+	stateDir, nodes   string
+	kubeletDelayScale float64
 	// Set by up for the detached supervisor only.
 	binDir, stageDir string
 }
@@ -131,6 +135,7 @@ func newFlags(command string) (*flag.FlagSet, *flags) {
 	fs := flag.NewFlagSet("localcluster "+command, flag.ContinueOnError)
 	fs.StringVar(&f.stateDir, "state-dir", localcluster.DefaultStateDir(), "folder that holds the running cluster's state, logs and kubeconfig")
 	fs.StringVar(&f.nodes, "nodes", "", "node pool description (YAML) for up; default: the built-in pool, as in config/localcluster/nodepool.yaml")
+	fs.Float64Var(&f.kubeletDelayScale, "kubelet-delay-scale", 1, "for up: multiplies the simulated kubelets' delays (1-5 s per step of a pod's start, a crash-loop back-off from 10 s to 5 min); 0.1 is ten times faster")
 	fs.StringVar(&f.binDir, "bin-dir", "", "")
 	fs.StringVar(&f.stageDir, "kwok-stage-dir", "", "")
 	fs.Usage = func() {

@@ -49,12 +49,19 @@ func TestUpStatusDown(t *testing.T) {
 	if err := os.WriteFile(nodes, []byte("pools:\n- {name: l4, count: 1, gpuProduct: NVIDIA-L4, gpuCount: 1, cpu: '16', memory: 64Gi}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, code := run("up", "--nodes", nodes); code != 0 || !strings.Contains(out, "export KUBECONFIG=") {
+	if out, code := run("up", "--kubelet-delay-scale", "-1"); code == 0 || !strings.Contains(out, "must be a positive number") {
+		t.Errorf("up with a negative kubelet delay scale: exit %d\n%s", code, out)
+	}
+	if out, code := run("up", "--nodes", nodes, "--kubelet-delay-scale", "0.5"); code != 0 || !strings.Contains(out, "export KUBECONFIG=") {
 		t.Fatalf("up: exit %d\n%s", code, out)
 	}
 	state, err := localcluster.ReadState(stateDir)
 	if err != nil || !state.Running() || !state.Ready || len(state.Processes) != 5 {
 		t.Fatalf("state after up: %+v, %v", state, err)
+	}
+	stages, err := os.ReadFile(filepath.Join(filepath.Dir(state.Kubeconfig), "kwok-stages.yaml"))
+	if err != nil || !strings.Contains(string(stages), "pod-create.yaml, delays x0.5") {
+		t.Errorf("kwok's stages do not have the kubelet delay scale of up: %v", err)
 	}
 
 	if out, code := run("up"); code != 0 || !strings.Contains(out, "already running") {

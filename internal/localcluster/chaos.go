@@ -1,124 +1,199 @@
 package localcluster
 
 import (
-	"encoding/json"
-	"fmt"
 	"strconv"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// The kwok chaos stage "pod-init-container-running-failed" (kwok's
-// kustomize/stage/pod/chaos) fails a pending pod's init container instead of
-// running it: the container is terminated with an exit code and the pod's phase
-// becomes Failed. It applies to pods with InitContainerFailureLabel set to "true";
-// the annotations below (all optional) choose how the container fails. The stage
-// only acts on pods that are still Pending, so set the label when the pod is
-// created (on the pod, or on the template of the Deployment or Job that makes it):
-// every pod made from such a template fails, until the label is removed.
-// The operator treats exit code 10 as retryable and 20-23 as permanent.
+// Two failure behaviours of the simulated kubelets, for pods that carry their
+// label set to "true" (put it on the pod template of a Deployment: every pod
+// made from it fails, until a new template without the label replaces them).
+// Both are what a real kubelet does with a failing container of a pod with
+// restartPolicy Always: the container exits with its exit code and message,
+// waits in CrashLoopBackOff (10 s doubling up to 5 min, times the cluster's
+// KubeletDelayScale) with the exit as its lastState, runs again in place (same
+// pod, same UID and IP) with restartCount one higher, and so on for ever. The
+// annotations below, all optional, choose the container and how it exits; a
+// pod that has no such container never starts. stages.go simulates them. (With
+// restartPolicy Never a kubelet would fail the pod instead; the simulation
+// does not look at the policy.)
 const (
-	InitContainerFailureLabel = "pod-init-container-running-failed.stage.kwok.x-k8s.io"
+	// InitContainerFailureLabel marks pods whose init container fails: the pod
+	// stays Pending, its containers waiting (PodInitializing), and the init
+	// containers after the failing one never run.
+	InitContainerFailureLabel = "localcluster.aiinference.io/init-container-failure"
+	// InitContainerFailureContainerAnnotation names the init container that
+	// fails; the ones before it complete. Absent: the first.
+	InitContainerFailureContainerAnnotation = InitContainerFailureLabel + "-container"
+	// InitContainerFailureExitCodeAnnotation is its exit code. Absent: 1.
+	InitContainerFailureExitCodeAnnotation = InitContainerFailureLabel + "-exit-code"
+	// InitContainerFailureReasonAnnotation is the reason of its terminated
+	// state. Absent: Error, as the kubelet says for a non-zero exit code.
+	InitContainerFailureReasonAnnotation = InitContainerFailureLabel + "-reason"
+	// InitContainerFailureMessageAnnotation is the message of its terminated
+	// state. Absent: none.
+	InitContainerFailureMessageAnnotation = InitContainerFailureLabel + "-message"
+	// InitContainerFailureRunForAnnotation is how long each run lasts before
+	// the exit, as a Go duration. Absent: 1 s times the KubeletDelayScale.
+	InitContainerFailureRunForAnnotation = InitContainerFailureLabel + "-run-for"
 
-	// InitContainerFailureContainerAnnotation names the init container that fails;
-	// the others complete. Empty or absent: every init container fails.
-	InitContainerFailureContainerAnnotation = InitContainerFailureLabel + "/container-name"
-	// InitContainerFailureExitCodeAnnotation is the exit code (kwok's default: 1).
-	InitContainerFailureExitCodeAnnotation = InitContainerFailureLabel + "/exit-code"
-	// InitContainerFailureReasonAnnotation is the terminated state's reason
-	// (kwok's default: initContainerError).
-	InitContainerFailureReasonAnnotation = InitContainerFailureLabel + "/reason"
-	// InitContainerFailureMessageAnnotation is the terminated state's message
-	// (kwok's default: "initContainer reported errors").
-	InitContainerFailureMessageAnnotation = InitContainerFailureLabel + "/message"
-	// InitContainerFailureDelayAnnotation is the delay before the failure, as a Go
-	// duration (kwok's default: 1s plus up to 1s of jitter).
-	InitContainerFailureDelayAnnotation = InitContainerFailureLabel + "/delay"
+	// ContainerCrashLoopLabel marks pods whose container (say, the inference
+	// engine) crashes: the pod is Running but not Ready, the other containers
+	// run and are ready.
+	ContainerCrashLoopLabel = "localcluster.aiinference.io/container-crash-loop"
+	// ContainerCrashLoopContainerAnnotation names the container that crashes.
+	// Absent: the first.
+	ContainerCrashLoopContainerAnnotation = ContainerCrashLoopLabel + "-container"
+	// ContainerCrashLoopExitCodeAnnotation is its exit code. Absent: 1.
+	ContainerCrashLoopExitCodeAnnotation = ContainerCrashLoopLabel + "-exit-code"
+	// ContainerCrashLoopReasonAnnotation is the reason of its terminated state.
+	// Absent: Error (OOMKilled, with exit code 137, is another the kubelet gives).
+	ContainerCrashLoopReasonAnnotation = ContainerCrashLoopLabel + "-reason"
+	// ContainerCrashLoopMessageAnnotation is the message of its terminated
+	// state: with terminationMessagePolicy FallbackToLogsOnError, the end of its
+	// log. Absent: none.
+	ContainerCrashLoopMessageAnnotation = ContainerCrashLoopLabel + "-message"
+	// ContainerCrashLoopRunForAnnotation is how long each run lasts before the
+	// exit, as a Go duration. Absent: 1 s times the KubeletDelayScale.
+	ContainerCrashLoopRunForAnnotation = ContainerCrashLoopLabel + "-run-for"
 )
 
-var failureAnnotations = []string{InitContainerFailureContainerAnnotation, InitContainerFailureExitCodeAnnotation,
-	InitContainerFailureReasonAnnotation, InitContainerFailureMessageAnnotation, InitContainerFailureDelayAnnotation}
-
-// InitContainerFailure says how kwok makes a pod's init container fail.
+// InitContainerFailure says how a pod's init container fails, again and again.
+// The operator treats exit code 10 as retryable and 20-23 as permanent.
 type InitContainerFailure struct {
-	// Container is the init container that fails; empty: all of them.
+	// Container is the init container that fails; empty: the first.
 	Container string
-	// ExitCode is the exit code of the failed container; 0 means kwok's default, 1.
+	// ExitCode is its exit code; 0: 1.
 	ExitCode int32
-	// Reason and Message go into the container's terminated state; empty: kwok's defaults.
+	// Reason and Message go into its terminated state; empty Reason: Error.
 	Reason  string
 	Message string
-	// Delay is how long the pod stays pending before the failure; 0: kwok's default.
-	Delay time.Duration
+	// RunFor is how long each run lasts before the exit, give or take a second
+	// (the API keeps times to the second); 0: 1 s times the KubeletDelayScale.
+	RunFor time.Duration
 }
 
-// Apply labels and annotates obj (a Pod, or a pod template's ObjectMeta) so that
-// kwok fails its init container as f says. Any earlier failure settings on obj
-// are replaced.
+// Apply labels and annotates obj (a Pod, or a pod template's ObjectMeta) so
+// that the simulated kubelet fails its init container as f says. Earlier
+// settings of this behaviour on obj are replaced.
 func (f InitContainerFailure) Apply(obj metav1.Object) {
-	labels := obj.GetLabels()
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels[InitContainerFailureLabel] = "true"
-	obj.SetLabels(labels)
-
-	annotations := obj.GetAnnotations()
-	if annotations == nil {
-		annotations = map[string]string{}
-	}
-	for _, k := range failureAnnotations {
-		delete(annotations, k)
-	}
-	for k, v := range f.Annotations() {
-		annotations[k] = v
-	}
-	obj.SetAnnotations(annotations)
+	initContainerFailureKeys.apply(obj, f.Annotations())
 }
 
 // Annotations are the annotations that carry f (without the label).
 func (f InitContainerFailure) Annotations() map[string]string {
+	return initContainerFailureKeys.annotations(failure(f))
+}
+
+// ClearInitContainerFailure removes the label and annotations of
+// InitContainerFailure from obj, so that its init containers run normally.
+func ClearInitContainerFailure(obj metav1.Object) { initContainerFailureKeys.clear(obj) }
+
+// ContainerCrashLoop says how a pod's container crashes, again and again.
+type ContainerCrashLoop struct {
+	// Container is the container that crashes; empty: the first.
+	Container string
+	// ExitCode is its exit code; 0: 1.
+	ExitCode int32
+	// Reason and Message go into its terminated state; empty Reason: Error.
+	Reason  string
+	Message string
+	// RunFor is how long each run lasts before the exit, give or take a second
+	// (the API keeps times to the second); 0: 1 s times the KubeletDelayScale.
+	RunFor time.Duration
+}
+
+// Apply labels and annotates obj (a Pod, or a pod template's ObjectMeta) so
+// that the simulated kubelet crashes its container as c says. Earlier settings
+// of this behaviour on obj are replaced.
+func (c ContainerCrashLoop) Apply(obj metav1.Object) {
+	containerCrashLoopKeys.apply(obj, c.Annotations())
+}
+
+// Annotations are the annotations that carry c (without the label).
+func (c ContainerCrashLoop) Annotations() map[string]string {
+	return containerCrashLoopKeys.annotations(failure(c))
+}
+
+// ClearContainerCrashLoop removes the label and annotations of
+// ContainerCrashLoop from obj, so that its containers run normally.
+func ClearContainerCrashLoop(obj metav1.Object) { containerCrashLoopKeys.clear(obj) }
+
+// failure is what both behaviours have.
+type failure struct {
+	Container       string
+	ExitCode        int32
+	Reason, Message string
+	RunFor          time.Duration
+}
+
+// failureKeys are the label and annotation keys of a behaviour.
+type failureKeys struct {
+	label, container, exitCode, reason, message, runFor string
+}
+
+var (
+	initContainerFailureKeys = failureKeys{InitContainerFailureLabel, InitContainerFailureContainerAnnotation,
+		InitContainerFailureExitCodeAnnotation, InitContainerFailureReasonAnnotation,
+		InitContainerFailureMessageAnnotation, InitContainerFailureRunForAnnotation}
+	containerCrashLoopKeys = failureKeys{ContainerCrashLoopLabel, ContainerCrashLoopContainerAnnotation,
+		ContainerCrashLoopExitCodeAnnotation, ContainerCrashLoopReasonAnnotation,
+		ContainerCrashLoopMessageAnnotation, ContainerCrashLoopRunForAnnotation}
+)
+
+// annotations hold f's settings as they are (the stages quote them where they
+// write YAML, so a message may hold colons and quotes).
+func (k failureKeys) annotations(f failure) map[string]string {
 	a := map[string]string{}
 	if f.Container != "" {
-		a[InitContainerFailureContainerAnnotation] = f.Container
+		a[k.container] = f.Container
 	}
 	if f.ExitCode != 0 {
-		a[InitContainerFailureExitCodeAnnotation] = strconv.Itoa(int(f.ExitCode))
+		a[k.exitCode] = strconv.Itoa(int(f.ExitCode))
 	}
-	// kwok writes reason and message into a YAML template without quoting them, so
-	// a message like "download failed: 403" would break the pod status. Quote them
-	// here: a JSON string is a YAML double-quoted scalar, which the template then
-	// reads back as the plain text.
 	if f.Reason != "" {
-		a[InitContainerFailureReasonAnnotation] = yamlQuote(f.Reason)
+		a[k.reason] = f.Reason
 	}
 	if f.Message != "" {
-		a[InitContainerFailureMessageAnnotation] = yamlQuote(f.Message)
+		a[k.message] = f.Message
 	}
-	if f.Delay > 0 {
-		a[InitContainerFailureDelayAnnotation] = f.Delay.String()
+	if f.RunFor > 0 {
+		a[k.runFor] = f.RunFor.String()
 	}
 	return a
 }
 
-// ClearInitContainerFailure removes the failure label and annotations from obj,
-// so that kwok runs its init containers normally again.
-func ClearInitContainerFailure(obj metav1.Object) {
+func (k failureKeys) apply(obj metav1.Object, annotations map[string]string) {
 	labels := obj.GetLabels()
-	delete(labels, InitContainerFailureLabel)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[k.label] = "true"
+	obj.SetLabels(labels)
+	all := obj.GetAnnotations()
+	if all == nil {
+		all = map[string]string{}
+	}
+	k.deleteAnnotations(all)
+	for key, v := range annotations {
+		all[key] = v
+	}
+	obj.SetAnnotations(all)
+}
+
+func (k failureKeys) clear(obj metav1.Object) {
+	labels := obj.GetLabels()
+	delete(labels, k.label)
 	obj.SetLabels(labels)
 	annotations := obj.GetAnnotations()
-	for _, k := range failureAnnotations {
-		delete(annotations, k)
-	}
+	k.deleteAnnotations(annotations)
 	obj.SetAnnotations(annotations)
 }
 
-func yamlQuote(s string) string {
-	b, err := json.Marshal(s)
-	if err != nil {
-		panic(fmt.Sprintf("marshalling a string: %v", err)) // cannot happen
+func (k failureKeys) deleteAnnotations(annotations map[string]string) {
+	for _, key := range []string{k.container, k.exitCode, k.reason, k.message, k.runFor} {
+		delete(annotations, key)
 	}
-	return string(b)
 }

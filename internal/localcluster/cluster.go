@@ -66,6 +66,11 @@ type Options struct {
 	StartTimeout time.Duration
 	// Progress receives one line per step of Start and Stop (nil: discarded).
 	Progress io.Writer
+	// KubeletDelayScale multiplies the delays of the simulated kubelets: each
+	// step of a pod's start (1-5 s), its removal once deleted (within its grace
+	// period) and the crash-loop back-off (10 s doubling up to 5 min). Zero: 1,
+	// as real; tests go faster with 0.1.
+	KubeletDelayScale float64
 }
 
 // Cluster is a running local cluster. Its methods may be called concurrently.
@@ -205,7 +210,7 @@ func start(ctx context.Context, opts Options, binDir, stageDir string, pools []N
 		return nil, err
 	}
 	stageConfig := filepath.Join(c.dir, "kwok-stages.yaml")
-	if err := WriteStageConfig(stageDir, stageConfig); err != nil {
+	if err := WriteStageConfig(stageDir, stageConfig, opts.KubeletDelayScale); err != nil {
 		return nil, err
 	}
 	p, err := freePorts(5)

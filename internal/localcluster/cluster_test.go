@@ -32,7 +32,9 @@ func TestMain(m *testing.M) {
 	}
 	begin := time.Now()
 	var err error
-	cluster, err = Start(context.Background(), Options{Progress: os.Stderr})
+	// Kubelet delays a tenth of the real ones: a pod starts within 2 s, a crash
+	// loop backs off 1 s, 2 s, 4 s...
+	cluster, err = Start(context.Background(), Options{Progress: os.Stderr, KubeletDelayScale: 0.1})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "FAIL: starting the local cluster:", err)
 		os.Exit(1)
@@ -300,37 +302,6 @@ func TestGPUDeploymentRunsOnMatchingNodesOnly(t *testing.T) {
 			p.Status.InitContainerStatuses[0].State.Terminated.ExitCode != 0 {
 			t.Errorf("pod %s init container statuses = %+v, want loader completed with exit code 0", p.Name, p.Status.InitContainerStatuses)
 		}
-	}
-}
-
-func TestInitContainerFailsWithChosenExitCode(t *testing.T) {
-	ctx, client := needCluster(t)
-	ns := testNamespace(ctx, t, client)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "fails"},
-		Spec:       gpuPodSpec(1, GPUProductL4),
-	}
-	pod.Spec.InitContainers = append(pod.Spec.InitContainers, corev1.Container{Name: "second", Image: "second:test"})
-	InitContainerFailure{Container: "loader", ExitCode: 20, Reason: "AccessDenied", Message: "download failed: 403 Forbidden"}.Apply(pod)
-	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	var terminated *corev1.ContainerStateTerminated
-	eventually(ctx, t, "the loader init container to fail", func() (bool, string) {
-		p, err := client.CoreV1().Pods(ns).Get(ctx, "fails", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, s := range p.Status.InitContainerStatuses {
-			if s.Name == "loader" && s.State.Terminated != nil && p.Status.Phase == corev1.PodFailed {
-				terminated = s.State.Terminated
-				return true, ""
-			}
-		}
-		return false, fmt.Sprintf("phase %s, init container statuses %+v", p.Status.Phase, p.Status.InitContainerStatuses)
-	})
-	if terminated.ExitCode != 20 || terminated.Reason != "AccessDenied" || terminated.Message != "download failed: 403 Forbidden" {
-		t.Errorf("loader terminated with %+v, want exit code 20, reason AccessDenied and the message", terminated)
 	}
 }
 

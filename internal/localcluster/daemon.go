@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -121,6 +122,8 @@ type UpOptions struct {
 	StateDir string
 	// NodesFile is a node pool description; empty: DefaultNodePools.
 	NodesFile string
+	// KubeletDelayScale is Options.KubeletDelayScale.
+	KubeletDelayScale float64
 	// RepoRoot is the repository checkout; empty: found from the working directory.
 	RepoRoot string
 	// Timeout bounds the wait for the cluster once the binaries are built. Zero: 5 minutes.
@@ -163,6 +166,9 @@ func Up(ctx context.Context, opts UpOptions) (*State, error) {
 			return nil, err
 		}
 	}
+	if err := checkDelayScale(opts.KubeletDelayScale); err != nil {
+		return nil, err
+	}
 	root := opts.RepoRoot
 	if root == "" {
 		if root, err = FindRepoRoot("."); err != nil {
@@ -182,7 +188,8 @@ func Up(ctx context.Context, opts UpOptions) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"supervise", "--state-dir", opts.StateDir, "--bin-dir", binDir, "--kwok-stage-dir", stageDir}
+	args := []string{"supervise", "--state-dir", opts.StateDir, "--bin-dir", binDir, "--kwok-stage-dir", stageDir,
+		"--kubelet-delay-scale", strconv.FormatFloat(opts.KubeletDelayScale, 'g', -1, 64)}
 	if opts.NodesFile != "" {
 		nodes, err := filepath.Abs(opts.NodesFile)
 		if err != nil {
@@ -291,6 +298,8 @@ type SupervisorOptions struct {
 	BinDir       string
 	KwokStageDir string
 	NodesFile    string // empty: DefaultNodePools
+	// KubeletDelayScale is Options.KubeletDelayScale.
+	KubeletDelayScale float64
 }
 
 // RunSupervisor runs a cluster until SIGTERM or SIGINT, recording it in the
@@ -314,11 +323,12 @@ func RunSupervisor(opts SupervisorOptions) error {
 		}
 	}
 	c, err := Start(ctx, Options{
-		BinDir:       opts.BinDir,
-		KwokStageDir: opts.KwokStageDir,
-		NodePools:    pools,
-		Dir:          filepath.Join(opts.StateDir, clusterSubdir),
-		Progress:     os.Stdout,
+		BinDir:            opts.BinDir,
+		KwokStageDir:      opts.KwokStageDir,
+		NodePools:         pools,
+		Dir:               filepath.Join(opts.StateDir, clusterSubdir),
+		Progress:          os.Stdout,
+		KubeletDelayScale: opts.KubeletDelayScale,
 	})
 	if err != nil {
 		return err

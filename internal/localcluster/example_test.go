@@ -34,8 +34,8 @@ func Example() {
 	fmt.Println(names, err)
 }
 
-// A pod (or the pod template of a Deployment or Job) whose init container
-// "loader" kwok fails with exit code 20.
+// A pod (or the pod template of a Deployment) whose init container "loader"
+// fails with exit code 20, again and again, in a crash loop.
 func ExampleInitContainerFailure() {
 	pod := &corev1.Pod{}
 	localcluster.InitContainerFailure{Container: "loader", ExitCode: 20, Message: "access denied"}.Apply(pod)

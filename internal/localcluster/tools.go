@@ -10,8 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-
-	"sigs.k8s.io/yaml"
 )
 
 // The binaries of a cluster, as hack/tools/build.sh cluster puts them in one folder.
@@ -99,54 +97,4 @@ func KwokStageDir(ctx context.Context, repoRoot string) (string, error) {
 		return "", fmt.Errorf("kwok stage folder: %w", err)
 	}
 	return dir, nil
-}
-
-// stageKustomizations are the kwok stage sets the cluster runs, relative to
-// kwok's kustomize/stage: nodes become Ready at once and keep a lease; pods go
-// through init containers to Ready; and the chaos stages fail a labelled pod's
-// (init) container.
-var stageKustomizations = []string{"node/fast", "node/heartbeat-with-lease", "pod/general"}
-
-const chaosStages = "pod/chaos"
-
-// WriteStageConfig concatenates the kwok stages the cluster needs from stageDir
-// (kwok's kustomize/stage folder) into one multi-document YAML file at path, for
-// kwok's --config.
-func WriteStageConfig(stageDir, path string) error {
-	var files []string
-	for _, k := range stageKustomizations {
-		data, err := os.ReadFile(filepath.Join(stageDir, k, "kustomization.yaml"))
-		if err != nil {
-			return err
-		}
-		var kustomization struct {
-			Resources []string `json:"resources"`
-		}
-		if err := yaml.Unmarshal(data, &kustomization); err != nil {
-			return fmt.Errorf("%s/kustomization.yaml: %w", k, err)
-		}
-		for _, r := range kustomization.Resources {
-			files = append(files, filepath.Join(stageDir, k, r))
-		}
-	}
-	chaos, err := filepath.Glob(filepath.Join(stageDir, chaosStages, "*.yaml"))
-	if err != nil {
-		return err
-	}
-	if len(chaos) == 0 {
-		return fmt.Errorf("no chaos stages in %s", filepath.Join(stageDir, chaosStages))
-	}
-	files = append(files, chaos...)
-
-	var out bytes.Buffer
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(&out, "---\n# %s\n", f)
-		out.Write(bytes.TrimSpace(data))
-		out.WriteString("\n")
-	}
-	return os.WriteFile(path, out.Bytes(), 0o644)
 }
