@@ -56,8 +56,8 @@ const (
 
 var cniPlugins = []string{"bridge", "loopback", "host-local", "portmap"}
 
-// realPodSubnets holds the pod subnets of real nodes, one /24 per node: outside
-// kwok's podCIDR, whose addresses are only data, so the two never collide.
+// realPodSubnetPrefix starts the pod subnets of real nodes, one /24 per node:
+// outside kwok's podCIDR, whose addresses are only data, so the two never collide.
 const realPodSubnetPrefix = "10.245."
 
 // RealNodeOptions configure the real nodes of a cluster: the nodes of the pools
@@ -380,7 +380,10 @@ func (c *Cluster) startRealNode(ctx context.Context, pool NodePool, index int, s
 	// in its status, as the NVIDIA device plugin would, and derives allocatable.
 	if err := c.poll(ctx, "node "+name+" to register", func(ctx context.Context) (bool, error) {
 		_, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		return err == nil, client404(err)
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil, err
 	}); err != nil {
 		return err
 	}
@@ -402,14 +405,6 @@ func (c *Cluster) startRealNode(ctx context.Context, pool NodePool, index int, s
 		}
 	}
 	return nil
-}
-
-// client404 treats not found as "not yet".
-func client404(err error) error {
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
 }
 
 // runtimeCgroup is where containerd runs, and the shims it starts.
