@@ -112,6 +112,7 @@ func run(args []string) error {
 	case "supervise":
 		return localcluster.RunSupervisor(localcluster.SupervisorOptions{
 			StateDir: f.stateDir, BinDir: f.binDir, KwokStageDir: f.stageDir, NodesFile: f.nodes,
+			RealNodes:         localcluster.RealNodeOptions{BinDir: f.realNodeBinDir, ImageDir: f.imageDir},
 			KubeletDelayScale: f.kubeletDelayScale,
 		})
 	default:
@@ -124,11 +125,11 @@ type flags struct {
 	stateDir, nodes   string
 	kubeletDelayScale float64
 	// Set by up for the detached supervisor only.
-	binDir, stageDir string
+	binDir, stageDir, realNodeBinDir, imageDir string
 }
 
 // internalFlags are left out of the usage text.
-var internalFlags = map[string]bool{"bin-dir": true, "kwok-stage-dir": true}
+var internalFlags = map[string]bool{"bin-dir": true, "kwok-stage-dir": true, "real-node-bin-dir": true, "image-dir": true}
 
 func newFlags(command string) (*flag.FlagSet, *flags) {
 	f := &flags{}
@@ -138,6 +139,8 @@ func newFlags(command string) (*flag.FlagSet, *flags) {
 	fs.Float64Var(&f.kubeletDelayScale, "kubelet-delay-scale", 1, "for up: multiplies the simulated kubelets' delays (1-5 s per step of a pod's start, a crash-loop back-off from 10 s to 5 min); 0.1 is ten times faster")
 	fs.StringVar(&f.binDir, "bin-dir", "", "")
 	fs.StringVar(&f.stageDir, "kwok-stage-dir", "", "")
+	fs.StringVar(&f.realNodeBinDir, "real-node-bin-dir", "", "")
+	fs.StringVar(&f.imageDir, "image-dir", "", "")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
 		fs.VisitAll(func(fl *flag.Flag) {

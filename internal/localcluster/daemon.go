@@ -49,7 +49,10 @@ type State struct {
 	LogsDir    string    `json:"logsDir,omitempty"`
 	APIServer  string    `json:"apiServer,omitempty"`
 	Processes  []Process `json:"processes,omitempty"`
-	StartedAt  time.Time `json:"startedAt"`
+	// RealNodeHost is what the real nodes changed on the host, for down to undo
+	// when the supervisor could not.
+	RealNodeHost *RealNodeHost `json:"realNodeHost,omitempty"`
+	StartedAt    time.Time     `json:"startedAt"`
 }
 
 // DefaultStateDir is where the command keeps a detached cluster:
@@ -161,8 +164,9 @@ func Up(ctx context.Context, opts UpOptions) (*State, error) {
 		return nil, err
 	}
 
+	var pools []NodePool
 	if opts.NodesFile != "" {
-		if _, err := LoadNodePools(opts.NodesFile); err != nil {
+		if pools, err = LoadNodePools(opts.NodesFile); err != nil {
 			return nil, err
 		}
 	}
@@ -183,6 +187,10 @@ func Up(ctx context.Context, opts UpOptions) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
+	real, err := prepareRealNodes(ctx, Options{RepoRoot: root}, pools, out)
+	if err != nil {
+		return nil, err
+	}
 
 	exe, err := os.Executable()
 	if err != nil {
@@ -196,6 +204,9 @@ func Up(ctx context.Context, opts UpOptions) (*State, error) {
 			return nil, err
 		}
 		args = append(args, "--nodes", nodes)
+	}
+	if real.BinDir != "" {
+		args = append(args, "--real-node-bin-dir", real.BinDir, "--image-dir", real.ImageDir)
 	}
 	logPath := filepath.Join(opts.StateDir, supervisorLogFile)
 	logFile, err := os.Create(logPath)
@@ -288,6 +299,14 @@ func cleanup(stateDir string, s *State, out io.Writer) {
 			fmt.Fprintf(out, "Stopped %s (pid %d)\n", p.Name, p.PID)
 		}
 	}
+	if s.RealNodeHost != nil {
+		if err := TearDownRealNodeHost(*s.RealNodeHost, out); err != nil {
+			// The files stay, for the next down to try again: something may
+			// still be mounted in the cluster folder.
+			fmt.Fprintln(out, err)
+			return
+		}
+	}
 	_ = os.RemoveAll(filepath.Join(stateDir, clusterSubdir))
 	_ = os.Remove(filepath.Join(stateDir, stateFile))
 }
@@ -298,6 +317,7 @@ type SupervisorOptions struct {
 	BinDir       string
 	KwokStageDir string
 	NodesFile    string // empty: DefaultNodePools
+	RealNodes    RealNodeOptions
 	// KubeletDelayScale is Options.KubeletDelayScale.
 	KubeletDelayScale float64
 }
@@ -326,6 +346,7 @@ func RunSupervisor(opts SupervisorOptions) error {
 		BinDir:            opts.BinDir,
 		KwokStageDir:      opts.KwokStageDir,
 		NodePools:         pools,
+		RealNodes:         opts.RealNodes,
 		Dir:               filepath.Join(opts.StateDir, clusterSubdir),
 		Progress:          os.Stdout,
 		KubeletDelayScale: opts.KubeletDelayScale,
@@ -339,6 +360,9 @@ func RunSupervisor(opts SupervisorOptions) error {
 	state.LogsDir = c.LogsDir()
 	state.APIServer = c.APIServerURL()
 	state.Processes = c.Processes()
+	if host := c.RealNodeHost(); len(host.Nodes) > 0 {
+		state.RealNodeHost = &host
+	}
 	if err := writeState(opts.StateDir, state); err != nil {
 		return err
 	}

@@ -173,19 +173,39 @@ type realNodes struct {
 	repoRoot string
 	images   []ImageArchive
 
-	// Guarded by Cluster.mu.
-	nodes []RealNode
-	// sysctlsBefore are the host's hostSysctls from before the first real node
-	// started, and hostDirsBefore which of sharedHostDirs existed; nil until then.
-	sysctlsBefore  map[string]string
-	hostDirsBefore map[string]bool
+	// host is guarded by Cluster.mu; its SysctlsBefore is nil until the first
+	// real node starts.
+	host RealNodeHost
+}
+
+// RealNodeHost is what the real nodes of a cluster changed on the host. Stop
+// undoes it; TearDownRealNodeHost undoes it from another process, for a
+// cluster whose owner died (localcluster down).
+type RealNodeHost struct {
+	// ClusterDir is the cluster's folder, which holds the nodes' folders.
+	ClusterDir string     `json:"clusterDir"`
+	Nodes      []RealNode `json:"nodes"`
+	// SysctlsBefore are the host's sysctls from before the first real node started.
+	SysctlsBefore map[string]string `json:"sysctlsBefore"`
+	// HostDirsBefore tells which host folders that the kubelet and libcni share
+	// existed then.
+	HostDirsBefore map[string]bool `json:"hostDirsBefore"`
 }
 
 // RealNodes describes the real nodes of the cluster, in start order.
 func (c *Cluster) RealNodes() []RealNode {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return slices.Clone(c.real.nodes)
+	return slices.Clone(c.real.host.Nodes)
+}
+
+// RealNodeHost is what the cluster's real nodes changed on the host so far.
+func (c *Cluster) RealNodeHost() RealNodeHost {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.real.host
+	h.Nodes = slices.Clone(h.Nodes)
+	return h
 }
 
 // Images are the image archives imported into every real node; empty before the
@@ -242,8 +262,8 @@ func (c *Cluster) startRealNodes(ctx context.Context, pool NodePool) ([]string, 
 		return nil, err
 	}
 	c.mu.Lock()
-	if c.real.sysctlsBefore == nil {
-		c.real.sysctlsBefore, c.real.hostDirsBefore = sysctls, existingHostDirs()
+	if c.real.host.SysctlsBefore == nil {
+		c.real.host = RealNodeHost{ClusterDir: c.dir, SysctlsBefore: sysctls, HostDirsBefore: existingHostDirs()}
 	}
 	c.mu.Unlock()
 	var names []string
@@ -288,7 +308,7 @@ func (c *Cluster) startRealNode(ctx context.Context, pool NodePool, index int, s
 	c.mu.Lock()
 	stopped := c.stopped
 	if !stopped {
-		c.real.nodes = append(c.real.nodes, node)
+		c.real.host.Nodes = append(c.real.host.Nodes, node)
 	}
 	c.mu.Unlock()
 	if stopped {
@@ -654,16 +674,28 @@ func (c *Cluster) writeNodeKubeconfig(path, name string) error {
 // must stay, as something may still be mounted in it. Stop calls it with c.mu
 // held, after ending the nodes' kubelets and containerds.
 func (c *Cluster) tearDownRealNodes() error {
-	if len(c.real.nodes) == 0 {
+	err := TearDownRealNodeHost(c.real.host, c.progress)
+	c.real.host.Nodes = nil
+	return err
+}
+
+// TearDownRealNodeHost undoes what the real nodes of h changed on the host,
+// once their kubelets and containerds are gone; see tearDownRealNodes. Doing it
+// again does no harm. progress may be nil.
+func TearDownRealNodeHost(h RealNodeHost, progress io.Writer) error {
+	if len(h.Nodes) == 0 {
 		return nil
+	}
+	if progress == nil {
+		progress = io.Discard
 	}
 	hierarchies, err := cgroupHierarchies()
 	if err != nil {
 		return err
 	}
 	var errs []error
-	for _, n := range c.real.nodes {
-		fmt.Fprintf(c.progress, "Tearing down real node %s\n", n.Name)
+	for _, n := range h.Nodes {
+		fmt.Fprintf(progress, "Tearing down real node %s\n", n.Name)
 		errs = append(errs,
 			killCgroup(hierarchies, n.CgroupRoot, 10*time.Second),
 			unmountUnder(n.Dir, n.ShimSocketDir),
@@ -677,10 +709,7 @@ func (c *Cluster) tearDownRealNodes() error {
 			errs = append(errs, fmt.Errorf("still mounted: %v", mounts))
 		}
 	}
-	if c.real.sysctlsBefore != nil {
-		errs = append(errs, writeSysctls(c.real.sysctlsBefore), cleanSharedHostDirs(c.dir, c.real.hostDirsBefore))
-	}
-	c.real.nodes = nil
+	errs = append(errs, writeSysctls(h.SysctlsBefore), cleanSharedHostDirs(h.ClusterDir, h.HostDirsBefore))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("tearing down the real nodes: %w", err)
 	}
