@@ -331,6 +331,9 @@ func (c *Cluster) startRealNode(ctx context.Context, pool NodePool, index int, s
 			return err
 		}
 	}
+	if err := createBridge(node.Bridge, subnet); err != nil {
+		return err
+	}
 
 	// containerd, with the bridge network and the pause image.
 	cniConfDir := filepath.Join(dir, "cni-conf")
@@ -432,7 +435,8 @@ func runtimeCgroup(n RealNode) string { return n.CgroupRoot + "/runtime" }
 
 // freePodSubnet returns the first 10.245.N.0/24 (N from 1) whose gateway
 // address no interface of the host has, so the real nodes of several clusters
-// on one host get their own routes.
+// on one host get their own routes. The node's bridge takes that address when
+// the node starts.
 func freePodSubnet() (*net.IPNet, error) {
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {

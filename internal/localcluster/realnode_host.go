@@ -257,17 +257,67 @@ func mountsUnder(dir string) ([]string, error) {
 	return slices.DeleteFunc(mounts, func(m string) bool { return m != dir && !strings.HasPrefix(m, dir+"/") }), nil
 }
 
+// createBridge creates the bridge link called name with the first address of
+// subnet (the pods' gateway, as host-local IPAM picks it) and sets it up, as
+// the CNI bridge plugin would at the first pod. Doing it at node start takes
+// the subnet at once, so the next node (of this cluster or another) sees it
+// taken; the plugin then finds the bridge as it wants it.
+func createBridge(name string, subnet *net.IPNet) error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := bridgeIoctl(fd, unix.SIOCBRADDBR, name); err != nil {
+		return fmt.Errorf("creating bridge %s: %w", name, err)
+	}
+	gateway := slices.Clone(subnet.IP.To4())
+	gateway[3]++
+	for _, set := range []struct {
+		request uint
+		value   net.IP
+	}{{unix.SIOCSIFADDR, gateway}, {unix.SIOCSIFNETMASK, net.IP(subnet.Mask)}} {
+		ifr, err := unix.NewIfreq(name)
+		if err != nil {
+			return err
+		}
+		if err := ifr.SetInet4Addr(set.value.To4()); err != nil {
+			return err
+		}
+		if err := unix.IoctlIfreq(fd, set.request, ifr); err != nil {
+			return fmt.Errorf("setting address %s/%d on %s: %w", gateway, maskBits(subnet), name, err)
+		}
+	}
+	return setLinkUp(fd, name, true)
+}
+
+func maskBits(n *net.IPNet) int {
+	ones, _ := n.Mask.Size()
+	return ones
+}
+
 // deleteBridge deletes the bridge link called name, if it exists, as
 // `ip link delete` would: down first, then the bridge ioctl that removes it.
 func deleteBridge(name string) error {
 	if _, err := net.InterfaceByName(name); err != nil {
 		return nil //nolint:nilerr // no such link: nothing to delete
 	}
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(fd)
+	if err := setLinkUp(fd, name, false); err != nil {
+		return err
+	}
+	if err := bridgeIoctl(fd, unix.SIOCBRDELBR, name); err != nil {
+		return fmt.Errorf("deleting bridge %s: %w", name, err)
+	}
+	return nil
+}
+
+// setLinkUp sets the link called name up or down.
+func setLinkUp(fd int, name string, up bool) error {
 	ifr, err := unix.NewIfreq(name)
 	if err != nil {
 		return err
@@ -275,14 +325,23 @@ func deleteBridge(name string) error {
 	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
 		return fmt.Errorf("reading the flags of %s: %w", name, err)
 	}
-	ifr.SetUint16(ifr.Uint16() &^ unix.IFF_UP)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("setting %s down: %w", name, err)
+	flags := ifr.Uint16() &^ unix.IFF_UP
+	if up {
+		flags |= unix.IFF_UP
 	}
+	ifr.SetUint16(flags)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("setting %s up=%t: %w", name, up, err)
+	}
+	return nil
+}
+
+// bridgeIoctl calls the bridge ioctls that take a bare interface name.
+func bridgeIoctl(fd int, request uintptr, name string) error {
 	var cname [unix.IFNAMSIZ]byte
 	copy(cname[:], name)
-	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCBRDELBR, uintptr(unsafe.Pointer(&cname[0]))); errno != 0 {
-		return fmt.Errorf("deleting bridge %s: %w", name, errno)
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), request, uintptr(unsafe.Pointer(&cname[0]))); errno != 0 {
+		return errno
 	}
 	return nil
 }

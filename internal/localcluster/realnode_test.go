@@ -29,8 +29,8 @@ const RealNodeTestEnv = "LOCALCLUSTER_REAL_NODE"
 // TestRealNode starts a cluster with a real node beside a kwok node, runs a
 // Deployment there whose init container (the model loader) writes into an
 // emptyDir and whose engine (llm-d-inference-sim) passes a readiness probe, calls
-// the engine from the host at the pod's IP, and checks that Stop leaves nothing
-// behind on the host.
+// the engine from the host at the pod's IP, adds a second real node, and checks
+// that Stop leaves nothing behind on the host.
 func TestRealNode(t *testing.T) {
 	if os.Getenv(RealNodeTestEnv) != "1" {
 		t.Skip("set " + RealNodeTestEnv + "=1 to run a real node on this host (root, cgroup v1)")
@@ -139,6 +139,16 @@ func TestRealNode(t *testing.T) {
 	models := getModels(t, "http://"+net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port))+"/v1/models")
 	if !strings.Contains(models, `"sim-model"`) {
 		t.Fatalf("/v1/models = %s, want the served model sim-model", models)
+	}
+
+	// A second real node, added to the running cluster: its own subnet and bridge.
+	added, err := c.AddNodes(ctx, NodePool{Name: "real-a100", Count: 1, Real: true, GPUProduct: GPUProductA100, GPUCount: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes = c.RealNodes()
+	if len(added) != 1 || len(nodes) != 2 || nodes[1].PodCIDR == nodes[0].PodCIDR || nodes[1].Bridge == nodes[0].Bridge {
+		t.Fatalf("after AddNodes %v: RealNodes() = %+v, want two nodes with their own pod CIDR and bridge", added, nodes)
 	}
 
 	procs := c.Processes()
