@@ -209,6 +209,10 @@ func start(ctx context.Context, opts Options, binDir, stageDir string, pools []N
 	if err != nil {
 		return nil, err
 	}
+	kubeletClientCert, kubeletClientKey, err := writeKubeletClientCert(pkiDir)
+	if err != nil {
+		return nil, err
+	}
 	stageConfig := filepath.Join(c.dir, "kwok-stages.yaml")
 	if err := WriteStageConfig(stageDir, stageConfig, opts.KubeletDelayScale); err != nil {
 		return nil, err
@@ -253,6 +257,9 @@ func start(ctx context.Context, opts Options, binDir, stageDir string, pools []N
 		"--tls-cert-file="+sec.servingCert,
 		"--tls-private-key-file="+sec.servingKey,
 		"--client-ca-file="+sec.caCert,
+		// For logs, exec and port-forward on real nodes.
+		"--kubelet-client-certificate="+kubeletClientCert,
+		"--kubelet-client-key="+kubeletClientKey,
 		"--etcd-servers="+etcdURL,
 		"--token-auth-file="+sec.tokenAuthFile,
 		// Node and NodeRestriction confine a real node's kubelet to its own node and pods.

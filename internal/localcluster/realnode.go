@@ -380,7 +380,7 @@ func (c *Cluster) startRealNode(ctx context.Context, pool NodePool, index int, s
 		return err
 	}
 	kubeletConfig := filepath.Join(dir, "kubelet.yaml")
-	config, err := kubeletConfigYAML(node, pool, port[0], filepath.Join(c.dir, "pki", "ca.crt"))
+	config, err := kubeletConfigYAML(node, pool, nodeIP, port[0], filepath.Join(c.dir, "pki", "ca.crt"))
 	if err != nil {
 		return err
 	}
@@ -551,7 +551,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.tracing.processor
 }
 
 // kubeletConfigYAML is the node's KubeletConfiguration.
-func kubeletConfigYAML(n RealNode, pool NodePool, port int, clientCAFile string) ([]byte, error) {
+func kubeletConfigYAML(n RealNode, pool NodePool, nodeIP net.IP, port int, clientCAFile string) ([]byte, error) {
 	maxPods := pool.Pods
 	if maxPods == 0 {
 		maxPods = 110
@@ -564,8 +564,9 @@ func kubeletConfigYAML(n RealNode, pool NodePool, port int, clientCAFile string)
 		"apiVersion":               "kubelet.config.k8s.io/v1beta1",
 		"kind":                     "KubeletConfiguration",
 		"containerRuntimeEndpoint": "unix://" + n.ContainerdSocket,
-		// The API on loopback only: nothing but this host talks to it.
-		"address":            "127.0.0.1",
+		// The API on the node IP, where the API server looks for it (logs, exec),
+		// and only for clients with a certificate of the cluster CA.
+		"address":            nodeIP.String(),
 		"port":               port,
 		"readOnlyPort":       0,
 		"healthzPort":        0,
@@ -618,35 +619,70 @@ func nodeLabelsFlag(pool NodePool, index int) string {
 // which the API server's Node authorizer and NodeRestriction admission check.
 func (c *Cluster) writeNodeKubeconfig(path, name string) error {
 	pkiDir := filepath.Join(c.dir, "pki")
+	certPEM, keyPEM, err := signClientCert(pkiDir, "system:node:"+name, "system:nodes")
+	if err != nil {
+		return err
+	}
 	caCertPEM, err := os.ReadFile(filepath.Join(pkiDir, "ca.crt"))
 	if err != nil {
 		return err
 	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[contextName] = &clientcmdapi.Cluster{Server: c.restConfig.Host, CertificateAuthorityData: caCertPEM}
+	cfg.AuthInfos[contextName] = &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM}
+	cfg.Contexts[contextName] = &clientcmdapi.Context{Cluster: contextName, AuthInfo: contextName}
+	cfg.CurrentContext = contextName
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// writeKubeletClientCert writes the client certificate with which the API
+// server calls the kubelets (logs, exec, port-forward), as
+// kubelet-client.crt and .key in pkiDir. Its group system:masters passes the
+// kubelets' webhook authorization without any RBAC binding.
+func writeKubeletClientCert(pkiDir string) (certFile, keyFile string, err error) {
+	certPEM, keyPEM, err := signClientCert(pkiDir, "kube-apiserver-kubelet-client", "system:masters")
+	if err != nil {
+		return "", "", err
+	}
+	certFile, keyFile = filepath.Join(pkiDir, "kubelet-client.crt"), filepath.Join(pkiDir, "kubelet-client.key")
+	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
+		return "", "", err
+	}
+	return certFile, keyFile, os.WriteFile(keyFile, keyPEM, 0o600)
+}
+
+// signClientCert returns a new key and a client certificate for user
+// commonName in group, signed by the cluster CA in pkiDir, both PEM encoded.
+func signClientCert(pkiDir, commonName, group string) (certPEM, keyPEM []byte, err error) {
+	caCertPEM, err := os.ReadFile(filepath.Join(pkiDir, "ca.crt"))
+	if err != nil {
+		return nil, nil, err
+	}
 	caKeyPEM, err := os.ReadFile(filepath.Join(pkiDir, "ca.key"))
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	caBlock, _ := pem.Decode(caCertPEM)
-	keyBlock, _ := pem.Decode(caKeyPEM)
-	if caBlock == nil || keyBlock == nil {
-		return errors.New("cluster CA: no PEM data")
+	caKeyBlock, _ := pem.Decode(caKeyPEM)
+	if caBlock == nil || caKeyBlock == nil {
+		return nil, nil, errors.New("cluster CA: no PEM data")
 	}
 	caCert, err := x509.ParseCertificate(caBlock.Bytes)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	caKey, err := x509.ParseECPrivateKey(keyBlock.Bytes)
+	caKey, err := x509.ParseECPrivateKey(caKeyBlock.Bytes)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	now := time.Now()
 	template := &x509.Certificate{
 		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: "system:node:" + name, Organization: []string{"system:nodes"}},
+		Subject:      pkix.Name{CommonName: commonName, Organization: []string{group}},
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.AddDate(1, 0, 0),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
@@ -654,29 +690,23 @@ func (c *Cluster) writeNodeKubeconfig(path, name string) error {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, template, caCert, &key.PublicKey, caKey)
 	if err != nil {
-		return fmt.Errorf("creating the node's client certificate: %w", err)
+		return nil, nil, fmt.Errorf("creating the client certificate of %s: %w", commonName, err)
 	}
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters[contextName] = &clientcmdapi.Cluster{Server: c.restConfig.Host, CertificateAuthorityData: caCertPEM}
-	cfg.AuthInfos[contextName] = &clientcmdapi.AuthInfo{
-		ClientCertificateData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		ClientKeyData:         pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
-	}
-	cfg.Contexts[contextName] = &clientcmdapi.Context{Cluster: contextName, AuthInfo: contextName}
-	cfg.CurrentContext = contextName
-	return clientcmd.WriteToFile(*cfg, path)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
 }
 
 // tearDownRealNodes undoes what the real nodes left once their kubelet and
 // containerd have been stopped: the processes in their cgroups (containers and
 // shims), their mounts, bridges, cgroups and shim socket folders, the host
-// sysctls, and their files in the host folders the kubelet and libcni share. It returns an error if anything is left; then the cluster folder
-// must stay, as something may still be mounted in it. Stop calls it with c.mu
-// held, after ending the nodes' kubelets and containerds.
+// sysctls, and their files in the host folders the kubelet and libcni share.
+// It returns an error if anything is left; then the cluster folder must stay,
+// as something may still be mounted in it. Stop calls it with c.mu held, after
+// ending the nodes' kubelets and containerds.
 func (c *Cluster) tearDownRealNodes() error {
 	err := TearDownRealNodeHost(c.real.host, c.progress)
 	c.real.host.Nodes = nil

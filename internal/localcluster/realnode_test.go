@@ -29,7 +29,8 @@ const RealNodeTestEnv = "LOCALCLUSTER_REAL_NODE"
 // TestRealNode starts a cluster with a real node beside a kwok node, runs a
 // Deployment there whose init container (the model loader) writes into an
 // emptyDir and whose engine (llm-d-inference-sim) passes a readiness probe, calls
-// the engine from the host at the pod's IP, adds a second real node, and checks
+// the engine from the host at the pod's IP, reads its log through the API
+// server, adds a second real node, and checks
 // that Stop leaves nothing behind on the host.
 func TestRealNode(t *testing.T) {
 	if os.Getenv(RealNodeTestEnv) != "1" {
@@ -139,6 +140,11 @@ func TestRealNode(t *testing.T) {
 	models := getModels(t, "http://"+net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port))+"/v1/models")
 	if !strings.Contains(models, `"sim-model"`) {
 		t.Fatalf("/v1/models = %s, want the served model sim-model", models)
+	}
+	// The API server reaches the kubelet, as kubectl logs does.
+	logs, err := c.Client().CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "engine"}).DoRaw(ctx)
+	if err != nil || !strings.Contains(string(logs), "sim-model") {
+		t.Fatalf("the engine's log through the API server: %v: %s", err, logs)
 	}
 
 	// A second real node, added to the running cluster: its own subnet and bridge.

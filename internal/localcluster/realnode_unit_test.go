@@ -2,6 +2,7 @@ package localcluster
 
 import (
 	"archive/tar"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,7 +43,7 @@ func TestKubeletConfigTaintsGPUNodes(t *testing.T) {
 		gpus       int
 		wantTaints int
 	}{{gpus: 2, wantTaints: 1}, {gpus: 0, wantTaints: 0}} {
-		data, err := kubeletConfigYAML(node, NodePool{Name: "real", Real: true, GPUCount: tc.gpus}, 10250, "/c/pki/ca.crt")
+		data, err := kubeletConfigYAML(node, NodePool{Name: "real", Real: true, GPUCount: tc.gpus}, net.ParseIP("192.0.2.2"), 10250, "/c/pki/ca.crt")
 		if err != nil {
 			t.Fatal(err)
 		}
