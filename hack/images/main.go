@@ -94,15 +94,11 @@ func rootFS(programPath string, program []byte) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	epoch := time.Unix(0, 0)
-	headers := []*tar.Header{
-		{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777, ModTime: epoch},
-		{Name: programPath, Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(program)), ModTime: epoch},
+	if err := tw.WriteHeader(&tar.Header{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+		return nil, err
 	}
-	for _, h := range headers {
-		h.Format = tar.FormatPAX
-		if err := tw.WriteHeader(h); err != nil {
-			return nil, err
-		}
+	if err := tw.WriteHeader(&tar.Header{Name: programPath, Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(program)), ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+		return nil, err
 	}
 	if _, err := tw.Write(program); err != nil {
 		return nil, err

@@ -331,6 +331,10 @@ func (c *Cluster) startRealNode(ctx context.Context, pool NodePool, index int, s
 			return err
 		}
 	}
+	// A bridge of this name is a leftover of this very node folder's last run.
+	if err := deleteBridge(node.Bridge); err != nil {
+		return err
+	}
 	if err := createBridge(node.Bridge, subnet); err != nil {
 		return err
 	}
