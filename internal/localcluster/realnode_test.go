@@ -159,9 +159,11 @@ func TestRealNode(t *testing.T) {
 
 	procs := c.Processes()
 	stopped = true
+	stopping := time.Now()
 	if err := c.Stop(); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("Cluster with two real nodes stopped and torn down in %s", time.Since(stopping).Round(100*time.Millisecond))
 	for _, problem := range realNodeLeftovers(procs, nodes, c.Dir(), sysctlsBefore, hostDirsBefore) {
 		t.Error(problem)
 	}
