@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -70,11 +71,12 @@ func (p *process) exitError() error {
 }
 
 // stop sends SIGTERM to the process group, waits up to grace for the process to
-// end, then sends SIGKILL to the group and waits for it.
+// end, then sends SIGKILL to the group and waits for the whole group to die.
 func (p *process) stop(grace time.Duration) {
 	if p.exited() {
 		// The leader is gone; children it may have left in the group get killed too.
 		_ = syscall.Kill(-p.PID(), syscall.SIGKILL)
+		waitGroupGone(p.PID(), 5*time.Second)
 		return
 	}
 	_ = syscall.Kill(-p.PID(), syscall.SIGTERM)
@@ -85,6 +87,44 @@ func (p *process) stop(grace time.Duration) {
 	// Whatever is left in the group (the leader or anything it started).
 	_ = syscall.Kill(-p.PID(), syscall.SIGKILL)
 	<-p.done
+	waitGroupGone(p.PID(), 5*time.Second)
+}
+
+// waitGroupGone waits up to timeout until no process of the group pgid is
+// alive: SIGKILL is sent at once, but a busy machine takes a moment to end the
+// killed processes. Zombies do not count: they hold nothing and wait for their
+// new parent to reap them.
+func waitGroupGone(pgid int, timeout time.Duration) {
+	for deadline := time.Now().Add(timeout); groupAlive(pgid) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// groupAlive reports whether a process of the group pgid is alive, from /proc.
+func groupAlive(pgid int) bool {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// "pid (comm) state ppid pgrp ...": the fields after the last ')'.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(string(stat[i+1:]))
+		if len(fields) > 2 && fields[0] != "Z" && fields[2] == strconv.Itoa(pgid) {
+			return true
+		}
+	}
+	return false
 }
 
 // KillProcessGroup ends a process group that this package started in an earlier
