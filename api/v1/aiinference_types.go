@@ -370,8 +370,9 @@ const (
 	PhaseLoading Phase = "Loading"
 	// PhaseReady: the desired number of replicas serve traffic.
 	PhaseReady Phase = "Ready"
-	// PhaseDegraded: some replicas serve, and the others cannot until a person acts
-	// (their loads failed permanently or beyond the retry bound).
+	// PhaseDegraded: replicas serve, but the object cannot reach its spec: the other
+	// replicas' loads failed permanently or beyond the retry bound (until a person
+	// acts), or a write to the API server fails (retried with back-off).
 	PhaseDegraded Phase = "Degraded"
 	// PhaseFailed: loading failed permanently or beyond the retry bound, and no
 	// replica serves.

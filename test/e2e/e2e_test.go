@@ -153,10 +153,18 @@ func TestLoaderFailureRetriesThenFailsThenRecovers(t *testing.T) {
 		g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseFailed))
 		g.Expect(readyReason(got)).To(Equal(servingv1.ReasonRetriesExhausted))
 		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, servingv1.ConditionStalled)).To(BeTrue())
-		g.Expect(got.Status.LoadRetries).To(Equal(int32(2)))
+		g.Expect(got.Status.LoadRetries).To(Equal(int32(3)))
 		g.Expect(got.Status.LastFailure).NotTo(BeNil())
 		g.Expect(got.Status.LastFailure.ExitCode).To(Equal(int32(10)))
 	})
+	// The kubelet goes on restarting the loader in place; the object stays Failed
+	// and counts nothing more.
+	g.Consistently(func(g Gomega) {
+		got := &servingv1.AIInference{}
+		g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), got)).To(Succeed())
+		g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseFailed))
+		g.Expect(got.Status.LoadRetries).To(Equal(int32(3)))
+	}).WithTimeout(5 * time.Second).Should(Succeed())
 
 	// Fixing the spec (here: the pods no longer fail) recovers without other help.
 	update(g, obj, func(o *servingv1.AIInference) { o.Spec.PodMetadata = nil })
@@ -165,6 +173,32 @@ func TestLoaderFailureRetriesThenFailsThenRecovers(t *testing.T) {
 		g.Expect(got.Status.LoadRetries).To(BeZero())
 		g.Expect(meta.FindStatusCondition(got.Status.Conditions, servingv1.ConditionStalled)).To(BeNil())
 	})
+}
+
+// The demo check: an edit that cannot roll out is not Ready, says why,
+// and the old replica keeps serving.
+func TestAStuckRolloutIsNotReady(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	obj := inference(ns, "stuck", 1, localcluster.GPUProductL4)
+	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
+	waitFor(t, g, obj, readyTimeout, beReady(1))
+
+	update(g, obj, func(o *servingv1.AIInference) { o.Spec.GPU.Products = []string{"NVIDIA-B200"} })
+	waitFor(t, g, obj, readyTimeout, func(g Gomega, got *servingv1.AIInference) {
+		ready := meta.FindStatusCondition(got.Status.Conditions, servingv1.ConditionReady)
+		g.Expect(ready.ObservedGeneration).To(Equal(got.Generation))
+		g.Expect(ready.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(ready.Reason).To(Equal(servingv1.ReasonUnschedulable))
+		g.Expect(ready.Message).To(ContainSubstring("0 of 1 replicas run the current spec"))
+		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, servingv1.ConditionAvailable)).To(BeTrue(), "the old replica serves")
+		g.Expect(got.Status.ReadyReplicas).To(Equal(int32(1)))
+		g.Expect(got.Status.LastFailure).NotTo(BeNil())
+		g.Expect(got.Status.LastFailure.Reason).To(Equal(servingv1.ReasonUnschedulable))
+	})
+
+	update(g, obj, func(o *servingv1.AIInference) { o.Spec.GPU.Products = []string{localcluster.GPUProductL4} })
+	waitFor(t, g, obj, readyTimeout, beReady(1))
 }
 
 func TestScaleRollAndDelete(t *testing.T) {

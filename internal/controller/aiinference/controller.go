@@ -47,23 +47,23 @@ type Reconciler struct {
 	Now func() time.Time
 }
 
-// scope is what one reconcile pass knows. Each field says which phase sets it.
+// scope is what one reconcile pass knows.
 type scope struct {
-	// obj is the AIInference being reconciled; set before the phases run.
+	// obj is the AIInference being reconciled.
 	obj *servingv1.AIInference
-	// now is the time of this pass; set before the phases run.
+	// now is the time of this pass.
 	now time.Time
-	// engine is the model server's knowledge; set before the phases run.
+	// engine is the model server's knowledge.
 	engine engine.Engine
-	// configHash is the hash of the loader ConfigMap; set by reconcileConfigMap.
+	// configHash is the hash of the loader configuration, part of the pod template.
 	configHash string
-	// templateHash identifies pods of the desired template; set by reconcileDeployment.
+	// templateHash identifies pods of the desired template.
 	templateHash string
-	// obs collects the observations the status is derived from; filled by every phase.
+	// loads is the verdict on the loads and the retry budget.
+	loads loadAssessment
+	// obs collects the observations the status is derived from; filled by every step.
 	obs observation
 }
-
-type phaseFunc func(ctx context.Context, s *scope) (ctrl.Result, error)
 
 // +kubebuilder:rbac:groups=serving.aiinference.io,resources=aiinferences,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=serving.aiinference.io,resources=aiinferences/status,verbs=get;update;patch
@@ -96,23 +96,58 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			retErr = kerrors.NewAggregate([]error{retErr, err})
 		}
 	}()
-
-	phases := []phaseFunc{
-		r.checkReferences,
-		r.reconcileConfigMap,
-		r.reconcileCachePVC,
-		r.reconcileDeployment,
-		r.reconcileService,
-		r.reconcilePods,
+	result, err = r.reconcileSteps(ctx, s)
+	if err != nil {
+		// Shown in status, and the pass is retried with the controller's back-off.
+		s.obs.stepError = err
 	}
+	return result, err
+}
+
+// reconcileSteps observes, then brings each child in line. A step that fails stops
+// the steps that depend on it: the Deployment names the ConfigMap's hash and the
+// cache claim, so it is not written while those are not.
+func (r *Reconciler) reconcileSteps(ctx context.Context, s *scope) (ctrl.Result, error) {
+	result, err := r.checkReferences(ctx, s)
+	if err != nil {
+		return result, err
+	}
+	config, err := desiredConfig(s.obj)
+	if err != nil {
+		return result, reconcile.TerminalError(err)
+	}
+	s.configHash = hashOf(config)
+	s.templateHash = podTemplateHash(desiredDeployment(s.obj, s.engine, r.Options, s.configHash))
+	if err := r.observe(ctx, s); err != nil {
+		return result, err
+	}
+	result = lowestRequeue(result, ctrl.Result{RequeueAfter: s.loads.requeue})
+
 	var errs []error
-	for _, phase := range phases {
-		res, err := phase(ctx, s)
-		if err != nil {
+	dependenciesOK := s.obs.referenceProblem == nil
+	for _, step := range []func(context.Context, *scope) error{r.reconcileConfigMap, r.reconcileCachePVC} {
+		if err := step(ctx, s); err != nil {
 			errs = append(errs, err)
-			continue
+			dependenciesOK = false
 		}
-		result = lowestRequeue(result, res)
+	}
+	if s.obs.nameConflict != nil {
+		dependenciesOK = false
+	}
+	if dependenciesOK {
+		if err := r.reconcileDeployment(ctx, s); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := r.reconcileService(ctx, s); err != nil {
+		errs = append(errs, err)
+	}
+	if err := r.replacePods(ctx, s); err != nil {
+		errs = append(errs, err)
+	}
+	if s.obs.nameConflict != nil {
+		// The operator does not watch objects it does not own: look again later.
+		result = lowestRequeue(result, ctrl.Result{RequeueAfter: waitingRequeue})
 	}
 	return result, kerrors.NewAggregate(errs)
 }
@@ -132,7 +167,7 @@ func lowestRequeue(a, b ctrl.Result) ctrl.Result {
 // when it changed, with an event when the Ready reason changes.
 func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 	obj := s.obj
-	status := computeStatus(obj, s.obs)
+	status := computeStatus(obj, s.obs, s.loads, s.now)
 	if equality.Semantic.DeepEqual(obj.Status, status) {
 		return nil
 	}
@@ -159,22 +194,27 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 
 // warningReasons are the Ready reasons that need a person's attention.
 var warningReasons = map[string]bool{
-	servingv1.ReasonLoadFailed:         true,
-	servingv1.ReasonRetriesExhausted:   true,
-	servingv1.ReasonRetryingLoad:       true,
-	servingv1.ReasonEngineCrashLooping: true,
-	servingv1.ReasonPodStartFailed:     true,
-	servingv1.ReasonUnschedulable:      true,
-	servingv1.ReasonSecretNotFound:     true,
-	servingv1.ReasonSecretKeyMissing:   true,
-	servingv1.ReasonPVCNotFound:        true,
+	servingv1.ReasonLoadFailed:               true,
+	servingv1.ReasonRetriesExhausted:         true,
+	servingv1.ReasonRetryingLoad:             true,
+	servingv1.ReasonEngineCrashLooping:       true,
+	servingv1.ReasonPodStartFailed:           true,
+	servingv1.ReasonUnschedulable:            true,
+	servingv1.ReasonSecretNotFound:           true,
+	servingv1.ReasonSecretKeyMissing:         true,
+	servingv1.ReasonPVCNotFound:              true,
+	servingv1.ReasonNameConflict:             true,
+	servingv1.ReasonReconcileError:           true,
+	servingv1.ReasonPodCreateFailed:          true,
+	servingv1.ReasonProgressDeadlineExceeded: true,
 }
 
 // SetupWithManager registers the controller. Pods are watched through the label
 // their template carries, since their owner is a ReplicaSet, not the AIInference.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&servingv1.AIInference{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// A new generation, or a retry asked for through the requestedAt annotation.
+		For(&servingv1.AIInference{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
 		Owns(&corev1.ConfigMap{}).

@@ -55,6 +55,9 @@ const (
 	configVolume       = "loader-config"
 	sourceVolume       = "model-source"
 	shmVolume          = "dshm"
+	engineHomeVolume   = "engine-home"
+	tmpVolume          = "tmp"
+	engineHome         = "/home/engine"
 	cacheMountPath     = "/models"
 	sourceMountPath    = "/mnt/model-source"
 	probePeriodSeconds = 10
@@ -126,15 +129,16 @@ func backoff(obj *servingv1.AIInference) time.Duration {
 	return DefaultBackoff
 }
 
-// retryDelay is the wait before retry number n (0-based): the back-off doubled per
-// earlier retry, capped at ten minutes.
-func retryDelay(obj *servingv1.AIInference, n int32) time.Duration {
-	const maxDelay = 10 * time.Minute
-	d := backoff(obj)
-	for i := int32(0); i < n && d < maxDelay; i++ {
-		d *= 2
+// progressDeadline is the Deployment's progress deadline: room for every load
+// attempt the budget allows with its back-offs, one warm-up, and scheduling, so a
+// slow load is never reported as a stalled rollout before the budget decides.
+func progressDeadline(obj *servingv1.AIInference) int32 {
+	attempts := int(maxRetries(obj)) + 1
+	total := time.Duration(attempts+1)*loadTimeout(obj) + 5*time.Minute
+	for n := 1; n < attempts; n++ {
+		total += loadspec.RetryDelay(backoff(obj), n)
 	}
-	return min(d, maxDelay)
+	return int32(min(total.Seconds(), math.MaxInt32))
 }
 
 // resolvedCache is the cache the pods use: the user's, or one chosen from the model size.
@@ -196,16 +200,30 @@ func loaderConfig(obj *servingv1.AIInference) loadspec.Config {
 	return cfg
 }
 
-// desiredConfigMap holds the loader configuration.
-func desiredConfigMap(obj *servingv1.AIInference) (*corev1.ConfigMap, error) {
-	data, err := json.MarshalIndent(loaderConfig(obj), "", "  ")
+// desiredConfig is the loader configuration file, as JSON.
+func desiredConfig(obj *servingv1.AIInference) (string, error) {
+	config, err := json.MarshalIndent(loaderConfig(obj), "", "  ")
 	if err != nil {
-		return nil, fmt.Errorf("encoding loader config: %w", err)
+		return "", fmt.Errorf("encoding loader config: %w", err)
+	}
+	return string(config), nil
+}
+
+// desiredConfigMap holds the loader configuration and the retry budget. Only the
+// configuration is part of the pod template: the budget changes as loads fail and
+// reaches running loaders without rolling the pods.
+func desiredConfigMap(obj *servingv1.AIInference, config string, budget loadspec.Budget) (*corev1.ConfigMap, error) {
+	budgetJSON, err := json.MarshalIndent(budget, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encoding loader budget: %w", err)
 	}
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: childMeta(obj, configMapName(obj)),
-		Data:       map[string]string{loadspec.ConfigFileName: string(data)},
+		Data: map[string]string{
+			loadspec.ConfigFileName: config,
+			loadspec.BudgetFileName: string(budgetJSON),
+		},
 	}, nil
 }
 
@@ -284,8 +302,9 @@ func desiredDeployment(obj *servingv1.AIInference, eng engine.Engine, opts Optio
 					MaxSurge:       ptr.To(intstr.FromInt32(1)),
 				},
 			},
-			RevisionHistoryLimit: ptr.To[int32](3),
-			Template:             template,
+			RevisionHistoryLimit:    ptr.To[int32](3),
+			ProgressDeadlineSeconds: ptr.To(progressDeadline(obj)),
+			Template:                template,
 		},
 	}
 }
@@ -460,7 +479,11 @@ func engineContainer(obj *servingv1.AIInference, eng engine.Engine) corev1.Conta
 		}
 	}
 
-	mounts := []corev1.VolumeMount{{Name: cacheVolume, MountPath: cacheMountPath, ReadOnly: true}}
+	mounts := []corev1.VolumeMount{
+		{Name: cacheVolume, MountPath: cacheMountPath, ReadOnly: true},
+		{Name: engineHomeVolume, MountPath: engineHome},
+		{Name: tmpVolume, MountPath: "/tmp"},
+	}
 	if spec.GPU.Count > 1 {
 		mounts = append(mounts, corev1.VolumeMount{Name: shmVolume, MountPath: "/dev/shm"})
 	}
@@ -480,21 +503,53 @@ func engineContainer(obj *servingv1.AIInference, eng engine.Engine) corev1.Conta
 		Image:   image,
 		Command: eng.Command(),
 		Args:    args,
-		Env:     spec.Engine.Env,
+		Env:     engineEnv(spec.Engine.Env),
 		Ports:   []corev1.ContainerPort{{Name: "http", ContainerPort: port, Protocol: corev1.ProtocolTCP}},
-		// The startup probe gives the engine the whole loading budget to warm up;
-		// liveness only starts counting once it has succeeded.
+		// The startup probe gives the engine loading.timeout to warm up once the
+		// loader is done; liveness only starts counting once it has succeeded.
 		StartupProbe:             probe(eng.ReadinessPath(), startupFailureThreshold(loadTimeout(obj))),
 		ReadinessProbe:           readiness,
 		LivenessProbe:            probe(eng.LivenessPath(), 3),
 		Resources:                resources,
 		VolumeMounts:             mounts,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-		SecurityContext: &corev1.SecurityContext{
-			AllowPrivilegeEscalation: ptr.To(false),
-			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
+		SecurityContext:          engineSecurityContext(obj),
 	}
+}
+
+// engineSecurityContext is the user's, or one that passes Pod Security
+// "restricted". Engines write to their home and caches, so the root file system
+// stays writable; those paths are volumes (see engineEnv).
+func engineSecurityContext(obj *servingv1.AIInference) *corev1.SecurityContext {
+	if sc := obj.Spec.Engine.SecurityContext; sc != nil {
+		return sc.DeepCopy()
+	}
+	sc := restrictedSecurityContext()
+	sc.ReadOnlyRootFilesystem = nil
+	return sc
+}
+
+// engineEnv points HOME and the caches of the engines' libraries (Hugging Face,
+// torch, Triton kernels) at a writable volume, and names the user, which Python's
+// getpass needs when the UID has no passwd entry. The user's variables win.
+func engineEnv(user []corev1.EnvVar) []corev1.EnvVar {
+	defaults := []corev1.EnvVar{
+		{Name: "HOME", Value: engineHome},
+		{Name: "USER", Value: "engine"},
+		{Name: "XDG_CACHE_HOME", Value: engineHome + "/.cache"},
+		{Name: "HF_HOME", Value: engineHome + "/.cache/huggingface"},
+	}
+	set := map[string]bool{}
+	for _, e := range user {
+		set[e.Name] = true
+	}
+	var env []corev1.EnvVar
+	for _, e := range defaults {
+		if !set[e.Name] {
+			env = append(env, e)
+		}
+	}
+	return append(env, user...)
 }
 
 // startupFailureThreshold turns the loading timeout into probe failures.
@@ -523,6 +578,11 @@ func volumes(obj *servingv1.AIInference) []corev1.Volume {
 			LocalObjectReference: corev1.LocalObjectReference{Name: configMapName(obj)},
 		}}},
 	}
+	// The engine's home and /tmp: writable for a non-root engine, gone with the pod.
+	vols = append(vols,
+		corev1.Volume{Name: engineHomeVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		corev1.Volume{Name: tmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	)
 	if src := obj.Spec.Model.Source.PVC; src != nil {
 		vols = append(vols, corev1.Volume{Name: sourceVolume, VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: src.ClaimName, ReadOnly: true},

@@ -53,14 +53,15 @@ func TestResolvedCache(t *testing.T) {
 	}
 }
 
-func TestRetryDelayDoublesUpToTenMinutes(t *testing.T) {
+func TestProgressDeadlineLeavesRoomForEveryAttempt(t *testing.T) {
 	obj := sampleInference()
+	obj.Spec.Loading.Timeout = &metav1.Duration{Duration: 30 * time.Minute}
+	obj.Spec.Loading.MaxRetries = ptr.To[int32](3)
 	obj.Spec.Loading.Backoff = &metav1.Duration{Duration: 30 * time.Second}
-	want := []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 10 * time.Minute, 10 * time.Minute}
-	for n, w := range want {
-		if got := retryDelay(obj, int32(n)); got != w {
-			t.Errorf("retryDelay(%d) = %s, want %s", n, got, w)
-		}
+	// 4 attempts and a warm-up of 30m, back-offs of 30s, 1m and 2m, 5m for scheduling.
+	want := int32((5*30*time.Minute + 30*time.Second + time.Minute + 2*time.Minute + 5*time.Minute).Seconds())
+	if got := progressDeadline(obj); got != want {
+		t.Errorf("progressDeadline = %ds, want %ds", got, want)
 	}
 }
 

@@ -21,18 +21,24 @@ type podView struct {
 	Current bool
 	// Scheduled is true once the pod is bound to a node.
 	Scheduled bool
-	// Unschedulable is the scheduler's explanation when it cannot place the pod.
-	Unschedulable string
-	// LoaderStarted is when the loader's current attempt began; zero if it has not.
+	// Unschedulable is the scheduler's explanation when it cannot place the pod,
+	// and UnschedulableSince when it first said so.
+	Unschedulable      string
+	UnschedulableSince time.Time
+	// LoaderStarted is when the loader's current run began; zero unless it runs.
 	LoaderStarted time.Time
 	// LoaderDone is true when the loader exited 0.
 	LoaderDone bool
-	// LoaderSummary is the loader's report from its termination message, if any.
+	// LoaderSummary is the report of the loader's successful run, if any.
 	LoaderSummary *loadspec.Summary
-	// LoaderFinished is when the loader exited.
+	// LoaderFinished is when the loader's successful run exited.
 	LoaderFinished time.Time
-	// LoaderFailed is set when the loader's last run exited non-zero.
-	LoaderFailed *loaderExit
+	// LoaderFailures counts the loader's failed runs in this pod: a kubelet restarts
+	// a failed init container in place, so a pod may hold many.
+	LoaderFailures int32
+	// LoaderLastFailure is the loader's latest failed run, kept by the kubelet as
+	// the last state while the next run waits or runs; nil when none failed.
+	LoaderLastFailure *loaderExit
 	// EngineReady is true when the engine passes its readiness probe.
 	EngineReady bool
 	// EngineCrashLoop explains a crash-looping engine; empty otherwise.
@@ -87,7 +93,7 @@ func observePod(pod *corev1.Pod, templateHash string) podView {
 	for _, c := range pod.Status.Conditions {
 		switch {
 		case c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable:
-			v.Unschedulable = c.Message
+			v.Unschedulable, v.UnschedulableSince = c.Message, c.LastTransitionTime.Time
 		case c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue:
 			v.Scheduled = true
 		}
@@ -107,7 +113,10 @@ func observePod(pod *corev1.Pod, templateHash string) podView {
 			continue
 		}
 		v.EngineReady = cs.Ready
-		if w := cs.State.Waiting; w != nil && w.Reason == "CrashLoopBackOff" {
+		// Between two runs the kubelet shows CrashLoopBackOff; while the next run
+		// starts, only the restart count and the last exit tell the loop.
+		crashed := cs.RestartCount > 0 && !cs.Ready && cs.LastTerminationState.Terminated != nil
+		if w := cs.State.Waiting; (w != nil && w.Reason == "CrashLoopBackOff") || crashed {
 			v.EngineCrashLoop = fmt.Sprintf("engine container restarted %d times", cs.RestartCount)
 			if t := cs.LastTerminationState.Terminated; t != nil {
 				v.EngineCrashLoop += fmt.Sprintf("; last exit code %d (%s)%s", t.ExitCode, t.Reason, suffix(t.Message))
@@ -117,30 +126,44 @@ func observePod(pod *corev1.Pod, templateHash string) podView {
 	return v
 }
 
-// observeLoader reads the loader's state. A kubelet restarts a failed init container
-// in place, so a failure shows either as the current state or, while the next run
-// waits in back-off, as the last state.
+// observeLoader reads the loader's runs. The kubelet numbers a container's runs:
+// restartCount is the index of the latest one, whose state is current; the run
+// before it is the last state. So failures are the earlier runs (all failed, or
+// the init container would not have run again) plus the latest if it failed.
 func observeLoader(v *podView, cs corev1.ContainerStatus) {
 	state := cs.State
-	if state.Running != nil {
+	latest := state.Terminated
+	if state.Waiting != nil {
+		// Waiting to run again: the latest run is the one that ended.
+		latest = cs.LastTerminationState.Terminated
+		if latest == nil {
+			return // not started yet
+		}
+	}
+	v.LoaderFailures = cs.RestartCount
+	switch {
+	case state.Running != nil:
 		v.LoaderStarted = state.Running.StartedAt.Time
-		return
-	}
-	term := state.Terminated
-	if term == nil && state.Waiting != nil {
-		term = cs.LastTerminationState.Terminated
-	}
-	if term == nil {
-		return
-	}
-	v.LoaderFinished = term.FinishedAt.Time
-	v.LoaderSummary = parseSummary(term.Message)
-	if term.ExitCode == 0 {
+	case latest != nil && latest.ExitCode == 0:
 		v.LoaderDone = true
+		v.LoaderFinished = latest.FinishedAt.Time
+		v.LoaderSummary = parseSummary(latest.Message)
 		return
+	case latest != nil:
+		v.LoaderFailures++
 	}
+	if state.Running != nil {
+		latest = cs.LastTerminationState.Terminated
+	}
+	if latest != nil && latest.ExitCode != 0 {
+		v.LoaderLastFailure = loaderFailure(latest)
+	}
+}
+
+// loaderFailure reads a failed run: the loader's own report when it left one.
+func loaderFailure(term *corev1.ContainerStateTerminated) *loaderExit {
 	exit := &loaderExit{ExitCode: term.ExitCode, Reason: term.Reason, Message: term.Message, Finished: term.FinishedAt.Time}
-	if s := v.LoaderSummary; s != nil && s.Failure != nil {
+	if s := parseSummary(term.Message); s != nil && s.Failure != nil {
 		exit.Reason, exit.Message = s.Failure.Reason, s.Failure.Message
 	}
 	if exit.Reason == "" || exit.Reason == "Error" {
@@ -149,7 +172,7 @@ func observeLoader(v *podView, cs corev1.ContainerStatus) {
 			exit.Reason = "LoaderExit" + fmt.Sprint(exit.ExitCode)
 		}
 	}
-	v.LoaderFailed = exit
+	return exit
 }
 
 // parseSummary reads the loader's JSON termination message; nil when it is not one.

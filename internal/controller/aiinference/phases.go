@@ -8,12 +8,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 )
@@ -82,132 +79,86 @@ func (r *Reconciler) checkPVC(ctx context.Context, namespace, name, field string
 	return nil, nil
 }
 
-func (r *Reconciler) reconcileConfigMap(ctx context.Context, s *scope) (ctrl.Result, error) {
-	cm, err := desiredConfigMap(s.obj)
-	if err != nil {
-		return ctrl.Result{}, err
+// observe reads the Deployment and the pods, and judges the loads. A pod list that
+// fails leaves the pod-derived status as it was (see observation.podsSeen).
+func (r *Reconciler) observe(ctx context.Context, s *scope) error {
+	key := client.ObjectKey{Namespace: s.obj.Namespace, Name: s.obj.Name}
+	d := &appsv1.Deployment{}
+	if err := r.Get(ctx, key, d); err == nil && metav1.IsControlledBy(d, s.obj) {
+		s.obs.deployment = d
+	} else if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("reading Deployment %s: %w", s.obj.Name, err)
 	}
-	s.configHash = hashOf(cm.Data)
-	_, err = r.apply(ctx, s, cm, &corev1.ConfigMap{})
-	return ctrl.Result{}, err
-}
-
-func (r *Reconciler) reconcileCachePVC(ctx context.Context, s *scope) (ctrl.Result, error) {
-	pvc := desiredCachePVC(s.obj)
-	if pvc == nil {
-		return ctrl.Result{}, nil
-	}
-	existing := &corev1.PersistentVolumeClaim{}
-	err := r.Get(ctx, client.ObjectKeyFromObject(pvc), existing)
-	switch {
-	case err == nil:
-		// A claim's size and class are (mostly) immutable once bound: keep the one made.
-		return ctrl.Result{}, nil
-	case !apierrors.IsNotFound(err):
-		return ctrl.Result{}, err
-	}
-	_, err = r.apply(ctx, s, pvc, existing)
-	return ctrl.Result{}, err
-}
-
-func (r *Reconciler) reconcileDeployment(ctx context.Context, s *scope) (ctrl.Result, error) {
-	desired := desiredDeployment(s.obj, s.engine, r.Options, s.configHash)
-	s.templateHash = podTemplateHash(desired)
-	existing := &appsv1.Deployment{}
-	if s.obs.referenceProblem != nil {
-		// Keep what runs; only observe it.
-		if err := r.Get(ctx, client.ObjectKeyFromObject(desired), existing); err == nil {
-			s.obs.deployment = existing
-		} else if !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, err
-		}
-		return ctrl.Result{}, nil
-	}
-	found, err := r.apply(ctx, s, desired, existing)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	if found {
-		s.obs.deployment = existing
-	}
-	return ctrl.Result{}, nil
-}
-
-func (r *Reconciler) reconcileService(ctx context.Context, s *scope) (ctrl.Result, error) {
-	_, err := r.apply(ctx, s, desiredService(s.obj, s.engine), &corev1.Service{})
-	return ctrl.Result{}, err
-}
-
-// reconcilePods observes the pods and retries failed loads: deleting the failed pod
-// lets its ReplicaSet start a fresh attempt (the loader resumes what it had fetched
-// when the cache survives).
-func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) (ctrl.Result, error) {
 	pods := &corev1.PodList{}
 	if err := r.List(ctx, pods, client.InNamespace(s.obj.Namespace), client.MatchingLabels(selectorLabels(s.obj))); err != nil {
-		return ctrl.Result{}, fmt.Errorf("listing pods: %w", err)
+		s.loads = keptAssessment(s.obj)
+		return fmt.Errorf("listing pods: %w", err)
 	}
+	s.obs.podsSeen = true
 	s.obs.pods = observePods(pods.Items, s.templateHash)
-	plan := planRetries(s.obj, s.obs.pods, s.now)
-	s.obs.retry = plan
-
-	var result ctrl.Result
-	if p := plan.deletePod; p != nil {
-		log := ctrl.LoggerFrom(ctx)
-		log.Info("Deleting pod to retry the model load", "pod", klog.KRef(s.obj.Namespace, p.Name),
-			"reason", plan.failure.Reason, "retry", plan.retries, "maxRetries", maxRetries(s.obj))
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: s.obj.Namespace, Name: p.Name}}
-		if err := r.Delete(ctx, pod, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
-			return ctrl.Result{}, fmt.Errorf("deleting pod %s to retry its load: %w", p.Name, err)
-		}
-	}
-	if plan.wait > 0 {
-		result.RequeueAfter = plan.wait
-	}
-	if plan.terminalReason == "" && plan.nextTimeout > 0 {
-		result = lowestRequeue(result, ctrl.Result{RequeueAfter: plan.nextTimeout})
-	}
-	return result, nil
+	s.loads = assessLoads(s.obj, s.obs.pods, s.templateHash, s.now)
+	return nil
 }
 
-// apply writes a child with server-side apply, owned by the AIInference, unless the
-// child already carries the hash of the same desired state: a pass with nothing to
-// change makes no write. It reports whether the child existed, and fills existing
-// with it.
-func (r *Reconciler) apply(ctx context.Context, s *scope, desired, existing client.Object) (bool, error) {
-	hash := hashOf(desired)
-	annotations := desired.GetAnnotations()
-	if annotations == nil {
-		annotations = map[string]string{}
-	}
-	annotations[AnnotationSpecHash] = hash
-	desired.SetAnnotations(annotations)
-	if err := controllerutil.SetControllerReference(s.obj, desired, r.Scheme); err != nil {
-		return false, err
-	}
-
-	found := true
-	if err := r.Get(ctx, client.ObjectKeyFromObject(desired), existing); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return false, err
-		}
-		found = false
-	}
-	if found && existing.GetAnnotations()[AnnotationSpecHash] == hash && metav1.IsControlledBy(existing, s.obj) {
-		return true, nil
-	}
-
-	kind := desired.GetObjectKind().GroupVersionKind().Kind
-	ctrl.LoggerFrom(ctx).Info("Applying "+kind, kind, klog.KObj(desired))
-	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(desired)
+func (r *Reconciler) reconcileConfigMap(ctx context.Context, s *scope) error {
+	config, err := desiredConfig(s.obj)
 	if err != nil {
-		return false, fmt.Errorf("converting %s: %w", kind, err)
+		return err
 	}
-	delete(content, "status")
-	u := &unstructured.Unstructured{Object: content}
-	if err := r.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
-		return found, fmt.Errorf("applying %s %s: %w", kind, desired.GetName(), err)
+	cm, err := desiredConfigMap(s.obj, config, loaderBudget(s.obj, s.loads))
+	if err != nil {
+		return err
 	}
-	// The applied spec is new: whatever status was observed describes the old one.
-	s.obs.childChanged = true
-	return found, nil
+	_, err = r.apply(ctx, s, cm, &corev1.ConfigMap{})
+	return err
+}
+
+func (r *Reconciler) reconcileCachePVC(ctx context.Context, s *scope) error {
+	pvc := desiredCachePVC(s.obj)
+	if pvc == nil {
+		return nil
+	}
+	existing := &corev1.PersistentVolumeClaim{}
+	found, err := r.getChild(ctx, client.ObjectKeyFromObject(pvc), existing)
+	switch {
+	case err != nil:
+		return fmt.Errorf("reading PersistentVolumeClaim %s: %w", pvc.Name, err)
+	case found && metav1.IsControlledBy(existing, s.obj):
+		// A claim's size and class are (mostly) immutable once bound: keep the one made.
+		return nil
+	}
+	_, err = r.apply(ctx, s, pvc, existing)
+	return err
+}
+
+func (r *Reconciler) reconcileDeployment(ctx context.Context, s *scope) error {
+	desired := desiredDeployment(s.obj, s.engine, r.Options, s.configHash)
+	existing := &appsv1.Deployment{}
+	res, err := r.apply(ctx, s, desired, existing)
+	if err != nil {
+		return err
+	}
+	if res == applyUnchanged || res == applyUpdated {
+		s.obs.deployment = existing
+	}
+	return nil
+}
+
+func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
+	_, err := r.apply(ctx, s, desiredService(s.obj, s.engine), &corev1.Service{})
+	return err
+}
+
+// replacePods deletes the pods the load assessment gave up on (a hung loader, or
+// a failed one when the user asked for a retry); their ReplicaSet starts fresh ones.
+func (r *Reconciler) replacePods(ctx context.Context, s *scope) error {
+	for _, p := range s.loads.deletePods {
+		ctrl.LoggerFrom(ctx).Info("Deleting pod so its ReplicaSet starts a fresh load", "pod", klog.KRef(s.obj.Namespace, p.Name),
+			"loadRetries", s.loads.failed, "maxRetries", maxRetries(s.obj))
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: s.obj.Namespace, Name: p.Name}}
+		if err := r.Delete(ctx, pod, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting pod %s: %w", p.Name, err)
+		}
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package aiinference
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -20,12 +22,18 @@ import (
 type observation struct {
 	// referenceProblem is set when a referenced Secret or PVC is missing or incomplete.
 	referenceProblem *problem
+	// nameConflict is set when a child's name is taken by an object the
+	// AIInference does not control.
+	nameConflict *problem
+	// stepError is the error that stopped a step of this pass.
+	stepError error
 	// deployment is the observed Deployment; nil until it exists.
 	deployment *appsv1.Deployment
+	// podsSeen is false when the pods could not be listed: what status says of
+	// them is kept from the last pass.
+	podsSeen bool
 	// pods are the AIInference's pods, oldest first.
 	pods []podView
-	// retry is the verdict on load failures.
-	retry retryPlan
 	// childChanged is true when this pass wrote a child, so what was observed of the
 	// children may describe the previous spec.
 	childChanged bool
@@ -37,220 +45,247 @@ type problem struct {
 	message string
 }
 
-// retryPlan is what to do about failed loads.
-type retryPlan struct {
-	// retries is the retry count after this pass.
-	retries int32
-	// failure is the load failure this plan is about; nil when none.
-	failure *servingv1.LoadFailure
-	// terminalReason is set when no retry is left: LoadFailed or RetriesExhausted.
-	terminalReason string
-	// deletePod is the pod to delete now, so its ReplicaSet starts a new attempt.
-	deletePod *podView
-	// wait is the time until the next retry may start.
-	wait time.Duration
-	// nextTimeout is the time until the oldest running load overruns the timeout.
-	nextTimeout time.Duration
+// rollout is how far the current spec has rolled out.
+type rollout struct {
+	desired int32
+	// ready counts ready replicas of any spec: they serve traffic.
+	ready int32
+	// updated counts replicas of the current spec; currentReady those that are ready.
+	updated, currentReady int32
+	// done is true when the current spec is served by the desired number of
+	// ready, available replicas and no others (kstatus's rule for Deployments).
+	done bool
+	// createFailure is the Deployment's ReplicaFailure message; deadlineExceeded
+	// its Progressing message once the progress deadline passed.
+	createFailure, deadlineExceeded string
 }
 
-// planRetries decides what to do about failed or overrunning loads of current pods.
-// A failure already retried (its pod deleted) is recognised by the last failure in
-// status, so a stale cache that still shows the pod does not count it twice.
-func planRetries(obj *servingv1.AIInference, pods []podView, now time.Time) retryPlan {
-	plan := retryPlan{retries: obj.Status.LoadRetries, failure: obj.Status.LastFailure}
-	if obj.Status.ObservedGeneration != obj.Generation {
-		// A changed spec is a fresh start: earlier failures were about another spec.
-		plan.retries = 0
+func observeRollout(obj *servingv1.AIInference, obs observation, templateHash string) rollout {
+	ro := rollout{desired: replicas(obj)}
+	for _, p := range obs.pods {
+		if p.Current && p.EngineReady {
+			ro.currentReady++
+		}
 	}
-	timeout := loadTimeout(obj)
-	for i := range pods {
-		pod := &pods[i]
-		if !pod.Current {
-			continue
-		}
-		exit := pod.LoaderFailed
-		if exit == nil && !pod.LoaderStarted.IsZero() {
-			deadline := pod.LoaderStarted.Add(timeout)
-			if now.Before(deadline) {
-				if left := deadline.Sub(now); plan.nextTimeout == 0 || left < plan.nextTimeout {
-					plan.nextTimeout = left
-				}
-				continue
-			}
-			exit = &loaderExit{
-				Reason:   servingv1.ReasonLoadTimeout,
-				Message:  fmt.Sprintf("the model loader ran longer than loading.timeout (%s); raise it for large models or slow storage", timeout),
-				Finished: deadline,
-			}
-		}
-		if exit == nil {
-			continue
-		}
-		failure := &servingv1.LoadFailure{
-			Reason:    exit.Reason,
-			Message:   exit.Message,
-			Pod:       pod.Name,
-			ExitCode:  exit.ExitCode,
-			Retryable: exit.ExitCode == 0 || loadspec.IsRetryableExit(exit.ExitCode),
-			Time:      metav1.NewTime(exit.Finished.Truncate(time.Second)),
-		}
-		if last := obj.Status.LastFailure; last != nil && last.Retried && last.Pod == failure.Pod && last.Time.Equal(&failure.Time) {
-			continue // already retried; the pod is on its way out
-		}
-		plan.failure = failure
+	d := obs.deployment
+	if d == nil {
+		return ro
+	}
+	ro.ready = d.Status.ReadyReplicas
+	current := d.Spec.Template.Annotations[AnnotationTemplateHash] == templateHash
+	if current {
+		ro.updated = d.Status.UpdatedReplicas
+	}
+	ro.done = current && !obs.childChanged && d.Status.ObservedGeneration >= d.Generation &&
+		ro.updated == ro.desired && d.Status.Replicas == ro.desired &&
+		d.Status.AvailableReplicas >= ro.desired && d.Status.ReadyReplicas >= ro.desired
+	for _, c := range d.Status.Conditions {
 		switch {
-		case !failure.Retryable:
-			plan.terminalReason = servingv1.ReasonLoadFailed
-		case plan.retries >= maxRetries(obj):
-			plan.terminalReason = servingv1.ReasonRetriesExhausted
-		default:
-			wait := retryDelay(obj, plan.retries) - now.Sub(failure.Time.Time)
-			if wait > 0 {
-				plan.wait = wait
-			} else {
-				plan.deletePod = pod
-				plan.retries++
-				failure.Retried = true
-			}
+		case c.Type == appsv1.DeploymentReplicaFailure && c.Status == corev1.ConditionTrue:
+			ro.createFailure = cmp.Or(c.Message, c.Reason)
+		case c.Type == appsv1.DeploymentProgressing && c.Status == corev1.ConditionFalse && c.Reason == "ProgressDeadlineExceeded":
+			ro.deadlineExceeded = cmp.Or(c.Message, c.Reason)
 		}
-		return plan
 	}
-	return plan
+	return ro
 }
 
 // computeStatus derives the whole status from this pass's observation. Conditions
 // keep their transition times when their status does not change.
-func computeStatus(obj *servingv1.AIInference, obs observation) servingv1.AIInferenceStatus {
+func computeStatus(obj *servingv1.AIInference, obs observation, loads loadAssessment, now time.Time) servingv1.AIInferenceStatus {
 	st := *obj.Status.DeepCopy()
 	st.ObservedGeneration = obj.Generation
-	desired := replicas(obj)
-
-	var updated int32
-	rolledOut := false
-	st.Replicas, st.ReadyReplicas = 0, 0
+	templateHash := ""
 	if d := obs.deployment; d != nil {
-		st.Replicas, st.ReadyReplicas, updated = d.Status.Replicas, d.Status.ReadyReplicas, d.Status.UpdatedReplicas
-		rolledOut = !obs.childChanged && d.Status.ObservedGeneration >= d.Generation && updated == desired && st.Replicas == desired
+		templateHash = d.Spec.Template.Annotations[AnnotationTemplateHash]
 	}
-	st.Ready = fmt.Sprintf("%d/%d", st.ReadyReplicas, desired)
+	if loads.budget.Epoch != "" {
+		templateHash = templateOf(loads.budget.Epoch)
+	}
+	ro := observeRollout(obj, obs, templateHash)
+
+	st.Replicas, st.ReadyReplicas, st.UpdatedReplicas = 0, ro.ready, ro.updated
+	if d := obs.deployment; d != nil {
+		st.Replicas = d.Status.Replicas
+	}
+	st.Ready = fmt.Sprintf("%d/%d", st.ReadyReplicas, ro.desired)
 	st.GPU = gpuSummary(obj.Spec.GPU)
 	st.Selector = labels.SelectorFromSet(selectorLabels(obj)).String()
-	st.LoadRetries = obs.retry.retries
-	st.LastFailure = obs.retry.failure
-
-	st.ModelLoaded = false
-	for _, p := range obs.pods {
-		st.ModelLoaded = st.ModelLoaded || p.LoaderDone
+	if at := obj.Annotations[servingv1.AnnotationRequestedAt]; at != "" {
+		st.LastHandledRequestedAt = at
 	}
-	if loaded := lastLoad(obs.pods); loaded != nil {
-		st.LastLoad = loaded
+	if obs.podsSeen {
+		st.LoadRetries = loads.failed
+		st.LoadBudget = loads.budget.DeepCopy()
+		st.LastFailure = loads.failure
+		st.ModelLoaded = false
+		for _, p := range obs.pods {
+			st.ModelLoaded = st.ModelLoaded || p.LoaderDone
+		}
+		if loaded := lastLoad(obs.pods); loaded != nil {
+			st.LastLoad = loaded
+		}
 	}
 
-	setModelLoadedCondition(&st, obj.Generation, obs)
-	setAvailableCondition(&st, obj.Generation, desired)
-
-	phase, ready := summarize(obj, obs, desired, st.ReadyReplicas)
+	phase, ready := summarize(obj, obs, loads, ro)
+	if ready.failure != nil && obs.podsSeen && loads.halted() == "" {
+		st.LastFailure = stableFailure(obj.Status.LastFailure, ready.failure, now)
+	}
+	if obs.stepError != nil && !ready.stalled {
+		if phase == servingv1.PhaseReady {
+			phase = servingv1.PhaseDegraded // serving, but the spec could not be applied
+		}
+		ready = verdict{status: metav1.ConditionFalse, reason: servingv1.ReasonReconcileError,
+			message: "The operator could not bring the children in line with the spec, and retries with back-off: " + obs.stepError.Error()}
+	}
+	setModelLoadedCondition(&st, obj.Generation, obs, loads)
+	setAvailableCondition(&st, obj.Generation, ro)
 	st.Phase = phase
 	setCondition(&st, obj.Generation, servingv1.ConditionReady, ready.status, ready.reason, ready.message)
 	switch {
 	case ready.stalled:
 		setCondition(&st, obj.Generation, servingv1.ConditionStalled, metav1.ConditionTrue, ready.reason, ready.message)
 		meta.RemoveStatusCondition(&st.Conditions, servingv1.ConditionReconciling)
-	case ready.status == metav1.ConditionTrue && rolledOut:
+	case ready.status == metav1.ConditionTrue:
 		meta.RemoveStatusCondition(&st.Conditions, servingv1.ConditionStalled)
 		meta.RemoveStatusCondition(&st.Conditions, servingv1.ConditionReconciling)
 	default:
-		reason, message := ready.reason, ready.message
-		if ready.status == metav1.ConditionTrue {
-			reason = servingv1.ReasonProgressing
-			message = fmt.Sprintf("Rolling out: %d of %d replicas run the current spec", updated, desired)
-		}
-		setCondition(&st, obj.Generation, servingv1.ConditionReconciling, metav1.ConditionTrue, reason, message)
+		setCondition(&st, obj.Generation, servingv1.ConditionReconciling, metav1.ConditionTrue, ready.reason, ready.message)
 		meta.RemoveStatusCondition(&st.Conditions, servingv1.ConditionStalled)
 	}
 	return st
 }
 
-// verdict is the Ready condition and whether the object is stalled.
+// stableFailure records a replica's failure, keeping the recorded time while the
+// same failure goes on, so an unchanged situation writes nothing.
+func stableFailure(prev, cur *servingv1.LoadFailure, now time.Time) *servingv1.LoadFailure {
+	if prev != nil && prev.Reason == cur.Reason && prev.Pod == cur.Pod && prev.Message == cur.Message {
+		return prev
+	}
+	if cur.Time.IsZero() {
+		cur.Time = metav1.NewTime(now.Truncate(time.Second))
+	}
+	return cur
+}
+
+// verdict is the Ready condition, whether the object is stalled, and the replica
+// failure behind it, if any.
 type verdict struct {
 	status  metav1.ConditionStatus
 	reason  string
 	message string
 	stalled bool
+	failure *servingv1.LoadFailure
 }
 
 // summarize picks the phase and the Ready condition. The order matters: a problem a
 // person must fix outranks waiting, and the most advanced pod explains the wait.
-func summarize(obj *servingv1.AIInference, obs observation, desired, ready int32) (servingv1.Phase, verdict) {
-	if p := obs.referenceProblem; p != nil {
-		return servingv1.PhasePending, verdict{metav1.ConditionFalse, p.reason, p.message, true}
-	}
-	if r := obs.retry; r.terminalReason != "" {
-		f := r.failure
-		msg := fmt.Sprintf("Loading the model failed on pod %s (%s): %s", f.Pod, f.Reason, f.Message)
-		if r.terminalReason == servingv1.ReasonRetriesExhausted {
-			msg = fmt.Sprintf("Loading the model failed %d times, the loading.maxRetries bound; last failure on pod %s (%s): %s", r.retries+1, f.Pod, f.Reason, f.Message)
+func summarize(obj *servingv1.AIInference, obs observation, loads loadAssessment, ro rollout) (servingv1.Phase, verdict) {
+	for _, p := range []*problem{obs.referenceProblem, obs.nameConflict} {
+		if p != nil {
+			return servingv1.PhasePending, verdict{status: metav1.ConditionFalse, reason: p.reason, message: p.message, stalled: true}
 		}
-		return servingv1.PhaseFailed, verdict{metav1.ConditionFalse, r.terminalReason, msg + fixHint(f.Reason), true}
 	}
-	if ready >= desired {
-		if desired == 0 {
-			return servingv1.PhaseReady, verdict{metav1.ConditionTrue, servingv1.ReasonScaledToZero, "Scaled to zero replicas", false}
+	if reason := loads.halted(); reason != "" {
+		phase, msg := servingv1.PhaseFailed, haltMessage(obj, loads)
+		if f := loads.failure; f != nil {
+			msg += fixHint(f.Reason)
 		}
-		return servingv1.PhaseReady, verdict{metav1.ConditionTrue, servingv1.ReasonReady, fmt.Sprintf("%d of %d replicas are ready to serve %s", ready, desired, obj.Spec.Model.Name), false}
+		if ro.ready > 0 {
+			phase = servingv1.PhaseDegraded
+			msg = fmt.Sprintf("%d of %d replicas serve; loads stopped: %s", ro.ready, ro.desired, msg)
+		} else {
+			msg = "Loads stopped: " + msg
+		}
+		return phase, verdict{status: metav1.ConditionFalse, reason: reason, message: msg, stalled: true}
+	}
+	if ro.done {
+		if ro.desired == 0 {
+			return servingv1.PhaseReady, verdict{status: metav1.ConditionTrue, reason: servingv1.ReasonScaledToZero, message: "Scaled to zero replicas"}
+		}
+		return servingv1.PhaseReady, verdict{status: metav1.ConditionTrue, reason: servingv1.ReasonReady,
+			message: fmt.Sprintf("%d of %d replicas are ready to serve %s", ro.ready, ro.desired, obj.Spec.Model.Name)}
 	}
 
-	waiting := fmt.Sprintf("%d of %d replicas ready", ready, desired)
+	phase, v := waitingVerdict(obj, obs, loads, ro)
+	if ro.deadlineExceeded != "" {
+		v.reason, v.stalled = servingv1.ReasonProgressDeadlineExceeded, true
+		v.message = fmt.Sprintf("The rollout made no progress within progressDeadlineSeconds (%s); %s", ro.deadlineExceeded, v.message)
+	}
+	return phase, v
+}
+
+// waitingVerdict explains why the current spec does not serve yet.
+func waitingVerdict(obj *servingv1.AIInference, obs observation, loads loadAssessment, ro rollout) (servingv1.Phase, verdict) {
+	waiting := fmt.Sprintf("%d of %d replicas run the current spec and are ready", ro.currentReady, ro.desired)
+	if old := ro.ready - ro.currentReady; old > 0 {
+		waiting += fmt.Sprintf(" (%d of an earlier spec still serve)", old)
+	}
+	waitingOn := func(reason, format string, args ...any) verdict {
+		return verdict{status: metav1.ConditionFalse, reason: reason, message: waiting + "; " + fmt.Sprintf(format, args...)}
+	}
 	var current []podView
+	phase := servingv1.PhasePending
 	for _, p := range obs.pods {
 		if p.Current {
 			current = append(current, p)
+			if p.Scheduled {
+				phase = servingv1.PhaseLoading
+			}
 		}
 	}
-	phase := servingv1.PhasePending
-	for _, p := range current {
-		if p.Scheduled {
-			phase = servingv1.PhaseLoading
-		}
+	if ro.createFailure != "" {
+		return phase, waitingOn(servingv1.ReasonPodCreateFailed, "pods cannot be created: %s; fix the quota, admission policy or Pod Security level that refuses them", ro.createFailure)
 	}
-	if r := obs.retry; r.wait > 0 || r.deletePod != nil {
-		f := r.failure
-		next := fmt.Sprintf("retry %d of %d starts after a back-off of %s", r.retries+1, maxRetries(obj), retryDelay(obj, r.retries))
-		if r.deletePod != nil {
-			next = fmt.Sprintf("retry %d of %d started", r.retries, maxRetries(obj))
+	if f := loads.failure; f != nil && f.Retried {
+		for _, p := range current {
+			if p.Name == f.Pod && !p.LoaderDone {
+				next := loads.failed + 1
+				return phase, waitingOn(servingv1.ReasonRetryingLoad, "loading failed on pod %s (%s: %s); attempt %d of %d follows after a back-off",
+					f.Pod, f.Reason, f.Message, next, maxRetries(obj)+1)
+			}
 		}
-		return servingv1.PhaseLoading, verdict{metav1.ConditionFalse, servingv1.ReasonRetryingLoad,
-			fmt.Sprintf("%s; loading failed on pod %s (%s: %s); %s", waiting, f.Pod, f.Reason, f.Message, next), false}
 	}
 	for _, p := range current {
 		if p.StartFailure != "" {
-			return phase, verdict{metav1.ConditionFalse, servingv1.ReasonPodStartFailed, fmt.Sprintf("%s; pod %s cannot start: %s; check the image names, imagePullSecrets and referenced Secrets", waiting, p.Name, p.StartFailure), false}
+			v := waitingOn(servingv1.ReasonPodStartFailed, "pod %s cannot start: %s; check the image names, imagePullSecrets and referenced Secrets", p.Name, p.StartFailure)
+			v.failure = &servingv1.LoadFailure{Reason: servingv1.ReasonPodStartFailed, Message: p.StartFailure, Pod: p.Name}
+			return phase, v
 		}
 	}
 	for _, p := range current {
 		if p.EngineCrashLoop != "" {
-			return phase, verdict{metav1.ConditionFalse, servingv1.ReasonEngineCrashLooping, fmt.Sprintf("%s; pod %s: %s; check the engine's logs and engine.args", waiting, p.Name, p.EngineCrashLoop), false}
+			v := waitingOn(servingv1.ReasonEngineCrashLooping, "pod %s: %s; check the engine's logs and engine.args", p.Name, p.EngineCrashLoop)
+			v.failure = &servingv1.LoadFailure{Reason: servingv1.ReasonEngineCrashLooping, Message: p.EngineCrashLoop, Pod: p.Name}
+			return phase, v
 		}
 	}
 	for _, p := range current {
 		if p.Unschedulable != "" {
-			return phase, verdict{metav1.ConditionFalse, servingv1.ReasonUnschedulable, fmt.Sprintf("%s; pod %s cannot be scheduled (%s needed): %s", waiting, p.Name, gpuSummary(obj.Spec.GPU), p.Unschedulable), false}
+			v := waitingOn(servingv1.ReasonUnschedulable, "pod %s cannot be scheduled (%s needed): %s", p.Name, gpuSummary(obj.Spec.GPU), p.Unschedulable)
+			v.failure = &servingv1.LoadFailure{Reason: servingv1.ReasonUnschedulable, Message: p.Unschedulable, Pod: p.Name, Time: metav1.NewTime(p.UnschedulableSince)}
+			return phase, v
 		}
 	}
 	for _, p := range current {
 		if p.LoaderDone && !p.EngineReady {
-			return phase, verdict{metav1.ConditionFalse, servingv1.ReasonEngineStarting, fmt.Sprintf("%s; the model is loaded on pod %s and the engine is starting", waiting, p.Name), false}
+			return phase, waitingOn(servingv1.ReasonEngineStarting, "the model is loaded on pod %s and the engine is starting", p.Name)
 		}
 	}
 	for _, p := range current {
 		if !p.LoaderStarted.IsZero() {
-			return phase, verdict{metav1.ConditionFalse, servingv1.ReasonLoading, fmt.Sprintf("%s; pod %s is loading the model", waiting, p.Name), false}
+			return phase, waitingOn(servingv1.ReasonLoading, "pod %s is loading the model", p.Name)
 		}
 	}
-	if len(current) > 0 {
-		return phase, verdict{metav1.ConditionFalse, servingv1.ReasonPodsPending, fmt.Sprintf("%s; waiting for pods to be scheduled and started", waiting), false}
+	switch {
+	case len(current) == 0:
+		return phase, waitingOn(servingv1.ReasonProgressing, "creating pods")
+	case ro.currentReady >= ro.desired:
+		return phase, waitingOn(servingv1.ReasonRollingOut, "replicas of an earlier spec are being removed")
+	case ro.ready > 0:
+		return phase, waitingOn(servingv1.ReasonPartiallyAvailable, "waiting for the other replicas")
 	}
-	return phase, verdict{metav1.ConditionFalse, servingv1.ReasonProgressing, waiting + "; creating pods", false}
+	return phase, waitingOn(servingv1.ReasonPodsPending, "waiting for pods to be scheduled and started")
 }
 
 // fixHint tells a person what to do about a permanent loader failure.
@@ -311,13 +346,12 @@ func describeChecks(checks map[string]int32) string {
 	return strings.Join(parts, ", ")
 }
 
-func setModelLoadedCondition(st *servingv1.AIInferenceStatus, generation int64, obs observation) {
-	if st.ModelLoaded && st.LastLoad == nil {
+func setModelLoadedCondition(st *servingv1.AIInferenceStatus, generation int64, obs observation, loads loadAssessment) {
+	if l := st.LastLoad; st.ModelLoaded && l == nil {
 		setCondition(st, generation, servingv1.ConditionModelLoaded, metav1.ConditionTrue, servingv1.ReasonModelLoaded,
 			"A replica loaded the model; the loader left no report")
 		return
-	}
-	if l := st.LastLoad; st.ModelLoaded {
+	} else if st.ModelLoaded {
 		verified := "size-checked only"
 		if l.Verified {
 			verified = "verified"
@@ -332,7 +366,7 @@ func setModelLoadedCondition(st *servingv1.AIInferenceStatus, generation int64, 
 		setCondition(st, generation, servingv1.ConditionModelLoaded, metav1.ConditionTrue, servingv1.ReasonModelLoaded, msg)
 		return
 	}
-	if f := obs.retry.failure; f != nil && obs.retry.terminalReason != "" {
+	if f := loads.failure; f != nil && loads.halted() != "" {
 		setCondition(st, generation, servingv1.ConditionModelLoaded, metav1.ConditionFalse, servingv1.ReasonLoadFailed,
 			fmt.Sprintf("Pod %s: %s: %s", f.Pod, f.Reason, f.Message))
 		return
@@ -347,13 +381,18 @@ func setModelLoadedCondition(st *servingv1.AIInferenceStatus, generation int64, 
 	setCondition(st, generation, servingv1.ConditionModelLoaded, metav1.ConditionFalse, servingv1.ReasonNotLoaded, "No replica has loaded the model yet")
 }
 
-func setAvailableCondition(st *servingv1.AIInferenceStatus, generation int64, desired int32) {
-	if st.ReadyReplicas > 0 {
-		setCondition(st, generation, servingv1.ConditionAvailable, metav1.ConditionTrue, servingv1.ReasonMinimumReplicasAvailable,
-			fmt.Sprintf("%d of %d replicas serve traffic", st.ReadyReplicas, desired))
+// setAvailableCondition says whether traffic is served at all, by replicas of the
+// current spec or of an earlier one: "serving, rolling out" is not "down".
+func setAvailableCondition(st *servingv1.AIInferenceStatus, generation int64, ro rollout) {
+	if ro.ready == 0 {
+		setCondition(st, generation, servingv1.ConditionAvailable, metav1.ConditionFalse, servingv1.ReasonNoReadyReplicas, "No replica serves traffic")
 		return
 	}
-	setCondition(st, generation, servingv1.ConditionAvailable, metav1.ConditionFalse, servingv1.ReasonNoReadyReplicas, "No replica serves traffic yet")
+	msg := fmt.Sprintf("%d of %d replicas serve traffic", ro.ready, ro.desired)
+	if old := ro.ready - ro.currentReady; old > 0 && !ro.done {
+		msg += fmt.Sprintf(", %d of them of an earlier spec", old)
+	}
+	setCondition(st, generation, servingv1.ConditionAvailable, metav1.ConditionTrue, servingv1.ReasonMinimumReplicasAvailable, msg)
 }
 
 // setCondition sets a condition, keeping its transition time when its status is unchanged.

@@ -1,6 +1,7 @@
 package aiinference
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -19,77 +20,183 @@ import (
 
 var now = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
-func failedPod(name string, code int32, finished time.Time) podView {
-	return podView{Name: name, Current: true, Scheduled: true, LoaderFailed: &loaderExit{ExitCode: code, Reason: "TransientError", Message: "reset", Finished: finished}}
+// failedPod is a current pod whose loader failed `failures` times, the last with code.
+func failedPod(name string, failures, code int32, finished time.Time) podView {
+	return podView{Name: name, Current: true, Scheduled: true, LoaderFailures: failures,
+		LoaderLastFailure: &loaderExit{ExitCode: code, Reason: "TransientError", Message: "reset", Finished: finished}}
 }
 
-func TestPlanRetries(t *testing.T) {
+func TestAssessLoads(t *testing.T) {
+	const tmpl = "t1"
+	readyFor := func(d time.Duration) []metav1.Condition {
+		return []metav1.Condition{{Type: servingv1.ConditionReady, Status: metav1.ConditionTrue, ObservedGeneration: 1, LastTransitionTime: metav1.NewTime(now.Add(-d))}}
+	}
 	tests := []struct {
 		name        string
-		retries     int32
-		lastFailure *servingv1.LoadFailure
-		newGen      bool
+		annotation  string
+		status      servingv1.AIInferenceStatus
 		pods        []podView
-		wantDelete  bool
-		wantWait    time.Duration
-		wantTerm    string
-		wantRetries int32
+		wantFailed  int32
+		wantHalted  string
+		wantDelete  []string
+		wantCounted map[string]int32
+		wantRequeue time.Duration
 	}{
 		{name: "nothing failed", pods: []podView{{Name: "a", Current: true, LoaderDone: true}}},
-		{name: "retryable failure inside the back-off waits", pods: []podView{failedPod("a", loadspec.ExitRetryable, now.Add(-10*time.Second))}, wantWait: 20 * time.Second},
-		{name: "retryable failure after the back-off is retried", pods: []podView{failedPod("a", loadspec.ExitRetryable, now.Add(-31*time.Second))}, wantDelete: true, wantRetries: 1},
-		{name: "second retry waits twice as long", retries: 1, pods: []podView{failedPod("a", loadspec.ExitRetryable, now.Add(-31*time.Second))}, wantWait: 29 * time.Second, wantRetries: 1},
-		{name: "a crash (137) is retryable", pods: []podView{failedPod("a", 137, now.Add(-time.Minute))}, wantDelete: true, wantRetries: 1},
-		{name: "permanent failure ends at once", pods: []podView{failedPod("a", loadspec.ExitChecksum, now)}, wantTerm: servingv1.ReasonLoadFailed},
-		{name: "retries exhausted", retries: 3, pods: []podView{failedPod("a", loadspec.ExitRetryable, now.Add(-time.Hour))}, wantTerm: servingv1.ReasonRetriesExhausted, wantRetries: 3},
-		{name: "a new generation starts afresh", retries: 3, newGen: true, pods: []podView{failedPod("a", loadspec.ExitRetryable, now.Add(-time.Hour))}, wantDelete: true, wantRetries: 1},
-		{name: "pods of an older template do not count", pods: []podView{func() podView { p := failedPod("a", loadspec.ExitChecksum, now); p.Current = false; return p }()}},
+		{name: "a restart in place counts", pods: []podView{failedPod("a", 1, loadspec.ExitRetryable, now)}, wantFailed: 1, wantCounted: map[string]int32{"a": 1}},
 		{
-			name: "an already retried failure is not counted twice", retries: 1,
-			lastFailure: &servingv1.LoadFailure{Pod: "a", Retried: true, Time: metav1.NewTime(now.Add(-time.Hour))},
-			pods:        []podView{failedPod("a", loadspec.ExitRetryable, now.Add(-time.Hour))}, wantRetries: 1,
+			name:   "a failure counted before is not counted again",
+			status: servingv1.AIInferenceStatus{LoadRetries: 1, LoadBudget: &servingv1.LoadBudget{Epoch: tmpl, CountedByPod: map[string]int32{"a": 1}}},
+			pods:   []podView{failedPod("a", 1, loadspec.ExitRetryable, now)}, wantFailed: 1, wantCounted: map[string]int32{"a": 1},
 		},
-		{name: "a load past the timeout is a failure", pods: []podView{{Name: "a", Current: true, LoaderStarted: now.Add(-31 * time.Minute)}}, wantDelete: true, wantRetries: 1},
+		{
+			name:   "failures of a replaced pod stay counted",
+			status: servingv1.AIInferenceStatus{LoadRetries: 2, LoadBudget: &servingv1.LoadBudget{Epoch: tmpl, CountedByPod: map[string]int32{"gone": 2}}},
+			pods:   []podView{failedPod("b", 1, loadspec.ExitRetryable, now)}, wantFailed: 3, wantCounted: map[string]int32{"b": 1},
+		},
+		{name: "past maxRetries (3) halts", pods: []podView{failedPod("a", 4, loadspec.ExitRetryable, now)}, wantFailed: 4, wantHalted: servingv1.ReasonRetriesExhausted, wantCounted: map[string]int32{"a": 4}},
+		{name: "a crash (137) is retryable", pods: []podView{failedPod("a", 1, 137, now)}, wantFailed: 1, wantCounted: map[string]int32{"a": 1}},
+		{name: "a permanent failure halts at once", pods: []podView{failedPod("a", 1, loadspec.ExitChecksum, now)}, wantFailed: 1, wantHalted: servingv1.ReasonLoadFailed, wantCounted: map[string]int32{"a": 1}},
+		{
+			name:   "once halted nothing more counts",
+			status: servingv1.AIInferenceStatus{LoadRetries: 4, LoadBudget: &servingv1.LoadBudget{Epoch: tmpl, Halted: servingv1.ReasonRetriesExhausted, CountedByPod: map[string]int32{"a": 4}}},
+			pods:   []podView{failedPod("a", 7, loadspec.ExitHalted, now)}, wantFailed: 4, wantHalted: servingv1.ReasonRetriesExhausted, wantCounted: map[string]int32{"a": 4},
+		},
+		{
+			name:   "a new template starts afresh",
+			status: servingv1.AIInferenceStatus{LoadRetries: 4, LoadBudget: &servingv1.LoadBudget{Epoch: "t0", Halted: servingv1.ReasonRetriesExhausted}},
+			pods:   []podView{failedPod("b", 1, loadspec.ExitRetryable, now)}, wantFailed: 1, wantCounted: map[string]int32{"b": 1},
+		},
+		{
+			name: "a retry request forgives and replaces failed pods", annotation: "2026-12-01T11:00:00Z",
+			status:     servingv1.AIInferenceStatus{LoadRetries: 4, LoadBudget: &servingv1.LoadBudget{Epoch: tmpl, Halted: servingv1.ReasonRetriesExhausted, CountedByPod: map[string]int32{"a": 4}}},
+			pods:       []podView{failedPod("a", 7, loadspec.ExitHalted, now), {Name: "b", Current: true, LoaderDone: true}},
+			wantDelete: []string{"a"}, wantCounted: map[string]int32{"a": 7},
+		},
+		{name: "pods of an older template do not count", pods: []podView{func() podView { p := failedPod("a", 1, loadspec.ExitChecksum, now); p.Current = false; return p }()}},
+		{
+			name:   "ten minutes of Ready refill the budget",
+			status: servingv1.AIInferenceStatus{LoadRetries: 2, LoadBudget: &servingv1.LoadBudget{Epoch: tmpl, CountedByPod: map[string]int32{"a": 2}}, Conditions: readyFor(11 * time.Minute)},
+			pods:   []podView{{Name: "a", Current: true, LoaderDone: true, LoaderFailures: 2}}, wantCounted: map[string]int32{"a": 2},
+		},
+		{
+			name:   "less Ready than that waits for it",
+			status: servingv1.AIInferenceStatus{LoadRetries: 2, LoadBudget: &servingv1.LoadBudget{Epoch: tmpl, CountedByPod: map[string]int32{"a": 2}}, Conditions: readyFor(4 * time.Minute)},
+			pods:   []podView{{Name: "a", Current: true, LoaderDone: true, LoaderFailures: 2}}, wantFailed: 2, wantCounted: map[string]int32{"a": 2}, wantRequeue: 6 * time.Minute,
+		},
+		{
+			name: "a running load is looked at again at its deadline",
+			pods: []podView{{Name: "a", Current: true, LoaderStarted: now.Add(-10 * time.Minute)}}, wantRequeue: 21 * time.Minute,
+		},
+		{
+			name: "a loader hung past its deadline is replaced and counted",
+			pods: []podView{{Name: "a", Current: true, LoaderStarted: now.Add(-32 * time.Minute)}}, wantFailed: 1, wantDelete: []string{"a"}, wantCounted: map[string]int32{"a": deletedForTimeout},
+		},
+		{
+			name:   "a replaced loader is not counted twice",
+			status: servingv1.AIInferenceStatus{LoadRetries: 1, LoadBudget: &servingv1.LoadBudget{Epoch: tmpl, CountedByPod: map[string]int32{"a": deletedForTimeout}}},
+			pods:   []podView{{Name: "a", Current: true, LoaderStarted: now.Add(-40 * time.Minute)}}, wantFailed: 1, wantCounted: map[string]int32{"a": deletedForTimeout},
+		},
+		{
+			name: "a retry's deadline includes its back-off",
+			pods: []podView{{Name: "a", Current: true, LoaderFailures: 2, LoaderStarted: now.Add(-30 * time.Minute)}},
+			// Counted now: 2 failures; the run started 30m ago may take 30m + 1m grace + a 1m back-off.
+			wantFailed: 2, wantCounted: map[string]int32{"a": 2},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			obj := sampleInference()
-			obj.Status.ObservedGeneration = obj.Generation
-			if tt.newGen {
-				obj.Generation++
+			obj.Generation = 1
+			obj.Status = tt.status
+			if tt.annotation != "" {
+				obj.Annotations = map[string]string{servingv1.AnnotationRequestedAt: tt.annotation}
 			}
-			obj.Status.LoadRetries = tt.retries
-			obj.Status.LastFailure = tt.lastFailure
-			plan := planRetries(obj, tt.pods, now)
-			if got := plan.deletePod != nil; got != tt.wantDelete {
-				t.Errorf("delete = %v, want %v", got, tt.wantDelete)
+			a := assessLoads(obj, tt.pods, tmpl, now)
+			if a.failed != tt.wantFailed {
+				t.Errorf("failed = %d, want %d", a.failed, tt.wantFailed)
 			}
-			if plan.wait != tt.wantWait {
-				t.Errorf("wait = %s, want %s", plan.wait, tt.wantWait)
+			if a.halted() != tt.wantHalted {
+				t.Errorf("halted = %q, want %q", a.halted(), tt.wantHalted)
 			}
-			if plan.terminalReason != tt.wantTerm {
-				t.Errorf("terminal = %q, want %q", plan.terminalReason, tt.wantTerm)
+			var deleted []string
+			for _, p := range a.deletePods {
+				deleted = append(deleted, p.Name)
 			}
-			if plan.retries != tt.wantRetries {
-				t.Errorf("retries = %d, want %d", plan.retries, tt.wantRetries)
+			if !equality.Semantic.DeepEqual(deleted, tt.wantDelete) {
+				t.Errorf("deleted = %v, want %v", deleted, tt.wantDelete)
+			}
+			if !equality.Semantic.DeepEqual(a.budget.CountedByPod, tt.wantCounted) {
+				t.Errorf("counted = %v, want %v", a.budget.CountedByPod, tt.wantCounted)
+			}
+			if tt.wantRequeue != 0 && a.requeue != tt.wantRequeue {
+				t.Errorf("requeue = %s, want %s", a.requeue, tt.wantRequeue)
+			}
+			if want := budgetEpoch(obj, tmpl); a.budget.Epoch != want {
+				t.Errorf("epoch = %q, want %q", a.budget.Epoch, want)
 			}
 		})
 	}
 }
 
-func TestPlanRetriesRequeuesAtTheTimeout(t *testing.T) {
-	obj := sampleInference()
-	plan := planRetries(obj, []podView{{Name: "a", Current: true, LoaderStarted: now.Add(-10 * time.Minute)}}, now)
-	if plan.nextTimeout != 20*time.Minute {
-		t.Errorf("nextTimeout = %s, want 20m", plan.nextTimeout)
+// The kubelet's numbering: restartCount is the index of the latest run.
+func TestObserveLoaderCountsRunsAsAKubeletNumbersThem(t *testing.T) {
+	exited := func(code int32) *corev1.ContainerStateTerminated {
+		return &corev1.ContainerStateTerminated{ExitCode: code, Message: `{"failure":{"reason":"TransientError","message":"reset","retryable":true}}`}
+	}
+	tests := []struct {
+		name         string
+		status       corev1.ContainerStatus
+		wantFailures int32
+		wantLast     bool
+		wantDone     bool
+	}{
+		{name: "first run running", status: corev1.ContainerStatus{State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}},
+		{name: "first run failed", status: corev1.ContainerStatus{State: corev1.ContainerState{Terminated: exited(10)}}, wantFailures: 1, wantLast: true},
+		{
+			name:         "waiting after the first failure",
+			status:       corev1.ContainerStatus{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}, LastTerminationState: corev1.ContainerState{Terminated: exited(10)}},
+			wantFailures: 1, wantLast: true,
+		},
+		{
+			name:         "second run running",
+			status:       corev1.ContainerStatus{RestartCount: 1, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}, LastTerminationState: corev1.ContainerState{Terminated: exited(10)}},
+			wantFailures: 1, wantLast: true,
+		},
+		{
+			name:         "waiting after the second failure",
+			status:       corev1.ContainerStatus{RestartCount: 1, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}, LastTerminationState: corev1.ContainerState{Terminated: exited(10)}},
+			wantFailures: 2, wantLast: true,
+		},
+		{
+			name:         "third run succeeded",
+			status:       corev1.ContainerStatus{RestartCount: 2, State: corev1.ContainerState{Terminated: exited(0)}, LastTerminationState: corev1.ContainerState{Terminated: exited(10)}},
+			wantFailures: 2, wantDone: true,
+		},
+		{name: "not started", status: corev1.ContainerStatus{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var v podView
+			tt.status.Name = LoaderContainerName
+			observeLoader(&v, tt.status)
+			if v.LoaderFailures != tt.wantFailures || (v.LoaderLastFailure != nil) != tt.wantLast || v.LoaderDone != tt.wantDone {
+				t.Errorf("failures %d, last failure %v, done %v; want %d, %v, %v", v.LoaderFailures, v.LoaderLastFailure != nil, v.LoaderDone, tt.wantFailures, tt.wantLast, tt.wantDone)
+			}
+		})
 	}
 }
 
-func deploymentWith(replicas, ready, updated int32) *appsv1.Deployment {
+func deploymentWith(replicas, ready, updated int32, conditions ...appsv1.DeploymentCondition) *appsv1.Deployment {
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Generation: 2},
-		Status:     appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: replicas, ReadyReplicas: ready, UpdatedReplicas: updated},
+		Status: appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: replicas, ReadyReplicas: ready, AvailableReplicas: ready,
+			UpdatedReplicas: updated, Conditions: conditions},
 	}
+}
+
+func halted(reason string, failure *servingv1.LoadFailure) loadAssessment {
+	return loadAssessment{budget: servingv1.LoadBudget{Epoch: "", Halted: reason}, failed: 1, failure: failure}
 }
 
 func TestComputeStatus(t *testing.T) {
@@ -97,6 +204,7 @@ func TestComputeStatus(t *testing.T) {
 		name        string
 		replicas    int32
 		obs         observation
+		loads       loadAssessment
 		phase       servingv1.Phase
 		reason      string
 		reconciling bool
@@ -129,7 +237,39 @@ func TestComputeStatus(t *testing.T) {
 			phase: servingv1.PhaseLoading, reason: servingv1.ReasonPodStartFailed, reconciling: true,
 		},
 		{name: "ready", replicas: 2, obs: observation{deployment: deploymentWith(2, 2, 2)}, phase: servingv1.PhaseReady, reason: servingv1.ReasonReady},
-		{name: "ready while rolling out", replicas: 2, obs: observation{deployment: deploymentWith(3, 2, 1)}, phase: servingv1.PhaseReady, reason: servingv1.ReasonReady, reconciling: true},
+		{
+			name: "not ready while old replicas serve a rollout", replicas: 2,
+			obs:   observation{deployment: deploymentWith(3, 2, 1), pods: []podView{{Name: "new", Current: true, Scheduled: true, LoaderStarted: now}}},
+			phase: servingv1.PhaseLoading, reason: servingv1.ReasonLoading, reconciling: true,
+		},
+		{name: "not ready before the Deployment controller saw the spec", replicas: 1, obs: observation{deployment: deploymentWith(1, 1, 1), childChanged: true}, phase: servingv1.PhasePending, reason: servingv1.ReasonProgressing, reconciling: true},
+		{
+			name: "pods that cannot be created are said", replicas: 1,
+			obs:   observation{deployment: deploymentWith(0, 0, 0, appsv1.DeploymentCondition{Type: appsv1.DeploymentReplicaFailure, Status: corev1.ConditionTrue, Message: "exceeded quota"})},
+			phase: servingv1.PhasePending, reason: servingv1.ReasonPodCreateFailed, reconciling: true,
+		},
+		{
+			name: "a passed progress deadline stalls", replicas: 1,
+			obs: observation{deployment: deploymentWith(1, 0, 1, appsv1.DeploymentCondition{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded"}),
+				pods: []podView{{Name: "a", Current: true, Unschedulable: "0/3 nodes are available"}}},
+			phase: servingv1.PhasePending, reason: servingv1.ReasonProgressDeadlineExceeded, stalled: true,
+		},
+		{
+			name: "a name taken by another object stalls", replicas: 1,
+			obs:   observation{nameConflict: &problem{servingv1.ReasonNameConflict, `Service "x" already exists`}},
+			phase: servingv1.PhasePending, reason: servingv1.ReasonNameConflict, stalled: true,
+		},
+		{
+			name: "a failed step is said", replicas: 1,
+			obs:   observation{deployment: deploymentWith(1, 1, 1), stepError: errors.New("applying ConfigMap x: forbidden")},
+			phase: servingv1.PhaseDegraded, reason: servingv1.ReasonReconcileError, reconciling: true,
+		},
+		{
+			name: "one replica failed among serving ones degrades", replicas: 2,
+			obs:   observation{deployment: deploymentWith(2, 1, 2)},
+			loads: halted(servingv1.ReasonLoadFailed, &servingv1.LoadFailure{Pod: "b", Reason: loadspec.ReasonChecksumMismatch, Message: "bad"}),
+			phase: servingv1.PhaseDegraded, reason: servingv1.ReasonLoadFailed, stalled: true,
+		},
 		{name: "scaled to zero", replicas: 0, obs: observation{deployment: deploymentWith(0, 0, 0)}, phase: servingv1.PhaseReady, reason: servingv1.ReasonScaledToZero},
 		{
 			name: "missing secret stalls", replicas: 1,
@@ -138,14 +278,14 @@ func TestComputeStatus(t *testing.T) {
 		},
 		{
 			name: "permanent failure stalls", replicas: 1,
-			obs: observation{deployment: deploymentWith(1, 0, 1), retry: retryPlan{terminalReason: servingv1.ReasonLoadFailed,
-				failure: &servingv1.LoadFailure{Pod: "a", Reason: loadspec.ReasonChecksumMismatch, Message: "bad"}}},
+			obs:   observation{deployment: deploymentWith(1, 0, 1)},
+			loads: halted(servingv1.ReasonLoadFailed, &servingv1.LoadFailure{Pod: "a", Reason: loadspec.ReasonChecksumMismatch, Message: "bad"}),
 			phase: servingv1.PhaseFailed, reason: servingv1.ReasonLoadFailed, stalled: true,
 		},
 		{
 			name: "waiting to retry", replicas: 1,
-			obs: observation{deployment: deploymentWith(1, 0, 1), retry: retryPlan{wait: time.Second,
-				failure: &servingv1.LoadFailure{Pod: "a", Reason: "TransientError", Retryable: true}}},
+			obs:   observation{deployment: deploymentWith(1, 0, 1), pods: []podView{failedPod("a", 1, loadspec.ExitRetryable, now)}},
+			loads: loadAssessment{failed: 1, failure: &servingv1.LoadFailure{Pod: "a", Reason: "TransientError", Retryable: true, Retried: true}},
 			phase: servingv1.PhaseLoading, reason: servingv1.ReasonRetryingLoad, reconciling: true,
 		},
 	}
@@ -154,7 +294,8 @@ func TestComputeStatus(t *testing.T) {
 			g := NewWithT(t)
 			obj := sampleInference()
 			obj.Spec.Replicas = ptr.To(tt.replicas)
-			st := computeStatus(obj, tt.obs)
+			tt.obs.podsSeen = true
+			st := computeStatus(obj, tt.obs, tt.loads, now)
 			obj.Status = st
 			g.Expect(testutil.KstatusViolations(obj)).To(BeEmpty())
 			g.Expect(st.Phase).To(Equal(tt.phase))
@@ -168,9 +309,10 @@ func TestComputeStatus(t *testing.T) {
 
 func TestComputeStatusIsStable(t *testing.T) {
 	obj := sampleInference()
-	obs := observation{deployment: deploymentWith(1, 1, 1)}
-	obj.Status = computeStatus(obj, obs)
-	again := computeStatus(obj, obs)
+	obs := observation{deployment: deploymentWith(1, 0, 1), podsSeen: true,
+		pods: []podView{{Name: "a", Current: true, Unschedulable: "0/3 nodes are available"}}}
+	obj.Status = computeStatus(obj, obs, loadAssessment{}, now)
+	again := computeStatus(obj, obs, loadAssessment{}, now.Add(time.Minute))
 	if !equality.Semantic.DeepEqual(obj.Status, again) {
 		t.Errorf("a second pass over the same observation changed the status:\n%+v\n%+v", obj.Status, again)
 	}

@@ -268,64 +268,59 @@ func TestPhasesFollowPodsFromPendingToReady(t *testing.T) {
 	}).WithTimeout(waitTimeout).Should(Succeed())
 }
 
-func TestRetriesStopAtTheBound(t *testing.T) {
+// Failures add up across pods: one restarted in place, then replaced (a node
+// drain), and the next pod's failure passes the bound.
+func TestRetriesAddUpAcrossReplacedPods(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
+	ctx := context.Background()
 	ns := newNamespace(t)
 	createS3Secret(t, ns)
 	obj := newInference(ns, "retries")
-	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
+	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
 	key := client.ObjectKeyFromObject(obj)
 	transient := loadspec.Summary{Failure: &loadspec.Failure{Reason: loadspec.ReasonTransient, Message: "connection reset by peer", Retryable: true}}
 
-	// maxRetries is 2: two failed pods are replaced, the third failure is final.
-	for attempt := 1; attempt <= 3; attempt++ {
-		pod := podFor(t, g, obj, "retries-pod-"+string(rune('0'+attempt)))
-		bind(g, pod, "gpu-node-1")
-		setPodStatus(g, pod, func(s *corev1.PodStatus) {
-			s.InitContainerStatuses = loaderStatus(loaderExited(loadspec.ExitRetryable, transient, time.Now()))
-		})
-		if attempt <= 2 {
-			// A bound pod waits for its (absent) kubelet to confirm; being deleted is enough.
-			g.Eventually(func() bool {
-				got := &corev1.Pod{}
-				err := k8s.Get(context.Background(), client.ObjectKeyFromObject(pod), got)
-				return apierrors.IsNotFound(err) || got.DeletionTimestamp != nil
-			}).WithTimeout(waitTimeout).Should(BeTrue(), "attempt %d: the failed pod is deleted to retry", attempt)
-			eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
-				g.Expect(obj.Status.LoadRetries).To(Equal(int32(attempt)))
-				g.Expect(obj.Status.Phase).NotTo(Equal(servingv1.PhaseFailed))
-				g.Expect(obj.Status.LastFailure.Retried).To(BeTrue())
-			})
-			continue
-		}
-		eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
-			g.Expect(obj.Status.Phase).To(Equal(servingv1.PhaseFailed))
-			g.Expect(readyCondition(obj).Reason).To(Equal(servingv1.ReasonRetriesExhausted))
-			g.Expect(meta.IsStatusConditionTrue(obj.Status.Conditions, servingv1.ConditionStalled)).To(BeTrue())
-			g.Expect(obj.Status.LoadRetries).To(Equal(int32(2)))
-			g.Expect(obj.Status.LastFailure.Pod).To(Equal(pod.Name))
-			g.Expect(obj.Status.LastFailure.Message).To(Equal("connection reset by peer"))
-		})
-		// The last failed pod stays for inspection: no further retry.
-		g.Consistently(func() error {
-			return k8s.Get(context.Background(), client.ObjectKeyFromObject(pod), &corev1.Pod{})
-		}).WithTimeout(3 * time.Second).Should(Succeed())
-	}
+	// maxRetries is 2. The first pod fails twice, restarted in place, then goes.
+	first := podFor(t, g, obj, "retries-pod-1")
+	bind(g, first, "gpu-node-1")
+	setPodStatus(g, first, func(s *corev1.PodStatus) {
+		s.InitContainerStatuses = loaderRestarted(1, loadspec.ExitRetryable, transient, time.Now(), true)
+	})
+	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(obj.Status.LoadRetries).To(Equal(int32(2)))
+		g.Expect(readyCondition(obj).Reason).To(Equal(servingv1.ReasonRetryingLoad))
+		g.Expect(readyCondition(obj).Message).To(ContainSubstring("attempt 3 of 3"))
+		g.Expect(obj.Status.LastFailure.Retried).To(BeTrue())
+	})
+	g.Expect(k8s.Delete(ctx, first, client.GracePeriodSeconds(0))).To(Succeed())
 
-	// Fixing the spec starts afresh: the retry count resets with the new generation.
-	g.Eventually(func() error {
-		fresh := &servingv1.AIInference{}
-		if err := k8s.Get(context.Background(), key, fresh); err != nil {
-			return err
-		}
-		fresh.Spec.Model.Source.S3.Prefix = "llama-3.1-8b-fixed/"
-		return k8s.Update(context.Background(), fresh)
-	}).WithTimeout(waitTimeout).Should(Succeed())
+	second := podFor(t, g, obj, "retries-pod-2")
+	bind(g, second, "gpu-node-2")
+	setPodStatus(g, second, func(s *corev1.PodStatus) {
+		s.InitContainerStatuses = loaderStatus(loaderExited(loadspec.ExitRetryable, transient, time.Now()))
+	})
+	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(obj.Status.Phase).To(Equal(servingv1.PhaseFailed))
+		g.Expect(readyCondition(obj).Reason).To(Equal(servingv1.ReasonRetriesExhausted))
+		g.Expect(readyCondition(obj).Message).To(ContainSubstring("3 loads failed, past loading.maxRetries (2)"))
+		g.Expect(meta.IsStatusConditionTrue(obj.Status.Conditions, servingv1.ConditionStalled)).To(BeTrue())
+		g.Expect(obj.Status.LoadRetries).To(Equal(int32(3)))
+		g.Expect(obj.Status.LastFailure.Pod).To(Equal(second.Name))
+		g.Expect(obj.Status.LastFailure.Retried).To(BeFalse())
+	})
+	// The failed pod stays for inspection; its loader is told to stop.
+	g.Consistently(func() error {
+		return k8s.Get(ctx, client.ObjectKeyFromObject(second), &corev1.Pod{})
+	}).WithTimeout(2 * time.Second).Should(Succeed())
+
+	// Fixing the spec starts afresh.
+	updateInference(g, key, func(o *servingv1.AIInference) { o.Spec.Model.Source.S3.Prefix = "llama-3.1-8b-fixed/" })
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		g.Expect(obj.Status.LoadRetries).To(BeZero())
 		g.Expect(obj.Status.Phase).NotTo(Equal(servingv1.PhaseFailed))
 	})
+	g.Eventually(func(g Gomega) { g.Expect(loaderBudget(g, key).Halt).To(BeNil()) }).WithTimeout(waitTimeout).Should(Succeed())
 }
 
 func TestPermanentLoadFailureFailsAtOnce(t *testing.T) {
@@ -345,7 +340,7 @@ func TestPermanentLoadFailureFailsAtOnce(t *testing.T) {
 		g.Expect(obj.Status.Phase).To(Equal(servingv1.PhaseFailed))
 		g.Expect(readyCondition(obj).Reason).To(Equal(servingv1.ReasonLoadFailed))
 		g.Expect(readyCondition(obj).Message).To(ContainSubstring("model-00001-of-00004.safetensors"))
-		g.Expect(obj.Status.LoadRetries).To(BeZero())
+		g.Expect(obj.Status.LoadRetries).To(Equal(int32(1)))
 		g.Expect(obj.Status.LastFailure.Reason).To(Equal(loadspec.ReasonChecksumMismatch))
 		g.Expect(obj.Status.LastFailure.ExitCode).To(Equal(int32(loadspec.ExitChecksum)))
 		g.Expect(obj.Status.LastFailure.Retryable).To(BeFalse())
@@ -401,22 +396,44 @@ func TestUnchangedObjectCausesNoWrites(t *testing.T) {
 		g.Expect(obj.Status.ObservedGeneration).To(Equal(obj.Generation))
 	})
 
-	// Let the operator settle, then touch a child: its watch triggers a reconcile of
-	// the unchanged object, which must write nothing.
-	g.Eventually(func() []string {
-		before := managerWrites.Load()
-		time.Sleep(time.Second)
-		return writesSince(before, ns)
-	}).WithTimeout(waitTimeout).Should(BeEmpty())
-	before := managerWrites.Load()
-	reconciles := reconcileCount(g)
+	// Let the operator settle: a reconcile of this object, then a quiet window.
+	settle := func() {
+		g.Eventually(func() []string {
+			before := managerWrites.Load()
+			time.Sleep(time.Second)
+			return writesSince(before, ns)
+		}).WithTimeout(waitTimeout).Should(BeEmpty())
+	}
+	settle()
+	// Touch a child: its watch triggers a reconcile of the unchanged object, which
+	// must write nothing, in the window after it as well.
+	before, reconciles := managerWrites.Load(), reconcilesOf(ns)
 	svc := &corev1.Service{}
 	g.Expect(k8s.Get(ctx, key, svc)).To(Succeed())
 	svc.Annotations["test.aiinference.io/touch"] = "1"
 	g.Expect(k8s.Update(ctx, svc)).To(Succeed())
-	g.Eventually(func() float64 { return reconcileCount(g) }).WithTimeout(waitTimeout).Should(BeNumerically(">", reconciles))
-	time.Sleep(time.Second)
-	g.Expect(writesSince(before, ns)).To(BeEmpty(), "writes made by reconciling an unchanged object")
+	g.Eventually(func() int64 { return reconcilesOf(ns) }).WithTimeout(waitTimeout).Should(BeNumerically(">", reconciles), "the touched child brings a reconcile")
+	g.Consistently(func() []string { return writesSince(before, ns) }).WithTimeout(2*time.Second).Should(BeEmpty(), "writes made by reconciling an unchanged object")
+
+	// The same after a retry request: the request is handled once, then nothing.
+	g.Eventually(func() error {
+		fresh := &servingv1.AIInference{}
+		if err := k8s.Get(ctx, key, fresh); err != nil {
+			return err
+		}
+		fresh.Annotations = map[string]string{servingv1.AnnotationRequestedAt: "2026-12-03T09:00:00Z"}
+		return k8s.Update(ctx, fresh)
+	}).WithTimeout(waitTimeout).Should(Succeed())
+	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(obj.Status.LastHandledRequestedAt).To(Equal("2026-12-03T09:00:00Z"))
+	})
+	settle()
+	before, reconciles = managerWrites.Load(), reconcilesOf(ns)
+	g.Expect(k8s.Get(ctx, key, svc)).To(Succeed())
+	svc.Annotations["test.aiinference.io/touch"] = "2"
+	g.Expect(k8s.Update(ctx, svc)).To(Succeed())
+	g.Eventually(func() int64 { return reconcilesOf(ns) }).WithTimeout(waitTimeout).Should(BeNumerically(">", reconciles))
+	g.Consistently(func() []string { return writesSince(before, ns) }).WithTimeout(2 * time.Second).Should(BeEmpty())
 }
 
 func TestInvalidSpecsAreRefusedWithAUsefulMessage(t *testing.T) {

@@ -1,0 +1,226 @@
+package aiinference
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+)
+
+// applyResult is what apply found and did.
+type applyResult int
+
+const (
+	// applyCreated: the child did not exist and was created.
+	applyCreated applyResult = iota
+	// applyUnchanged: the child exists as desired; nothing was written.
+	applyUnchanged
+	// applyUpdated: the child existed and was brought back to the desired state.
+	applyUpdated
+	// applyConflict: an object of that name exists and this AIInference does not
+	// control it; it was left alone.
+	applyConflict
+)
+
+// apply writes a child with server-side apply, owned by the AIInference, unless it
+// exists as desired: a pass with nothing to change makes no write, while a child
+// edited by hand is put back. An object of the same name that the AIInference does
+// not control is never written (adopting it would let the garbage collector delete
+// it with the AIInference); the conflict is recorded for status. existing is
+// filled with the object found, if any.
+func (r *Reconciler) apply(ctx context.Context, s *scope, desired, existing client.Object) (applyResult, error) {
+	hash := hashOf(desired)
+	annotations := desired.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[AnnotationSpecHash] = hash
+	desired.SetAnnotations(annotations)
+	if err := controllerutil.SetControllerReference(s.obj, desired, r.Scheme); err != nil {
+		return 0, err
+	}
+	kind := desired.GetObjectKind().GroupVersionKind().Kind
+
+	found, err := r.getChild(ctx, client.ObjectKeyFromObject(desired), existing)
+	if err != nil {
+		return 0, fmt.Errorf("reading %s %s: %w", kind, desired.GetName(), err)
+	}
+	result, drifted := applyCreated, false
+	if found {
+		if !metav1.IsControlledBy(existing, s.obj) {
+			s.obs.nameConflict = &problem{servingv1.ReasonNameConflict, fmt.Sprintf(
+				"%s %q already exists and is not controlled by this AIInference; the operator leaves it alone. Rename or delete that %s, or give the AIInference another name",
+				kind, desired.GetName(), kind)}
+			return applyConflict, nil
+		}
+		covered, err := covers(existing, desired)
+		if err != nil || (covered && existing.GetAnnotations()[AnnotationSpecHash] == hash) {
+			return applyUnchanged, err
+		}
+		// Edited by hand: the operator's desired state did not change, the child did.
+		result, drifted = applyUpdated, !covered && existing.GetAnnotations()[AnnotationSpecHash] == hash
+	}
+
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(desired)
+	if err != nil {
+		return 0, fmt.Errorf("converting %s: %w", kind, err)
+	}
+	delete(content, "status")
+	ctrl.LoggerFrom(ctx).Info("Applying "+kind, kind, klog.KObj(desired), "editedByHand", drifted)
+	if drifted {
+		// Server-side apply keeps what other field managers set: a Service port
+		// added by kubectl edit would stay beside ours, as ports are keyed by
+		// number. A JSON merge patch replaces the desired fields whole, lists
+		// included. (Not on a change of the desired state: a merge patch leaves map
+		// keys the operator no longer sets, which only the apply removes, and two
+		// different writes of a pod template would start two rollouts.)
+		if err := r.mergeDesired(ctx, content, existing); err != nil {
+			return 0, fmt.Errorf("restoring %s %s: %w", kind, desired.GetName(), err)
+		}
+	}
+	u := &unstructured.Unstructured{Object: content}
+	if err := r.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return 0, fmt.Errorf("applying %s %s: %w", kind, desired.GetName(), err)
+	}
+	// The applied spec is new: whatever status was observed describes the old one.
+	s.obs.childChanged = true
+	return result, nil
+}
+
+// mergeDesired writes the desired spec or data over an existing child with a
+// JSON merge patch.
+func (r *Reconciler) mergeDesired(ctx context.Context, desired map[string]any, existing client.Object) error {
+	patch := map[string]any{}
+	for _, field := range []string{"spec", "data"} {
+		if v, ok := desired[field]; ok {
+			patch[field] = v
+		}
+	}
+	body, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	return r.Patch(ctx, existing, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldOwner))
+}
+
+// getChild reads a child from the cache, and on a miss from the API server: the
+// cache holds only objects with the operator's label, so a user's object of the
+// same name is only found there.
+func (r *Reconciler) getChild(ctx context.Context, key client.ObjectKey, obj client.Object) (bool, error) {
+	err := r.Get(ctx, key, obj)
+	if apierrors.IsNotFound(err) {
+		err = r.APIReader.Get(ctx, key, obj)
+	}
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// covers tells whether the existing child holds everything desired sets in its
+// metadata (labels, annotations, owner) and its spec or data. Fields the API server
+// or other controllers add are ignored, as are fields desired leaves empty.
+func covers(existing, desired client.Object) (bool, error) {
+	have, err := runtime.DefaultUnstructuredConverter.ToUnstructured(existing)
+	if err != nil {
+		return false, err
+	}
+	want, err := runtime.DefaultUnstructuredConverter.ToUnstructured(desired)
+	if err != nil {
+		return false, err
+	}
+	for _, field := range []string{"spec", "data"} {
+		if !subset(have[field], want[field]) {
+			return false, nil
+		}
+	}
+	haveMeta, _ := have["metadata"].(map[string]any)
+	wantMeta, _ := want["metadata"].(map[string]any)
+	for _, field := range []string{"labels", "annotations", "ownerReferences"} {
+		if !subset(haveMeta[field], wantMeta[field]) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// subset tells whether have holds want: maps key by key, lists of named items
+// (containers, ports, env, volumes) by name, other lists item by item.
+func subset(have, want any) bool {
+	switch w := want.(type) {
+	case nil:
+		return true
+	case map[string]any:
+		h, ok := have.(map[string]any)
+		if !ok {
+			return len(w) == 0
+		}
+		for k, v := range w {
+			if !subset(h[k], v) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		h, _ := have.([]any)
+		if len(w) == 0 {
+			return true
+		}
+		if named(w) && named(h) {
+			for _, item := range w {
+				if !subset(findNamed(h, item.(map[string]any)["name"]), item) {
+					return false
+				}
+			}
+			return len(h) == len(w)
+		}
+		if len(h) != len(w) {
+			return false
+		}
+		for i := range w {
+			if !subset(h[i], w[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	if reflect.ValueOf(want).IsZero() {
+		return true // left empty: whatever the API server defaulted is fine
+	}
+	return reflect.DeepEqual(have, want)
+}
+
+// named tells whether every item of a list is a map with a name.
+func named(list []any) bool {
+	for _, item := range list {
+		m, ok := item.(map[string]any)
+		if !ok {
+			return false
+		}
+		if _, ok := m["name"]; !ok {
+			return false
+		}
+	}
+	return len(list) > 0
+}
+
+func findNamed(list []any, name any) any {
+	for _, item := range list {
+		if item.(map[string]any)["name"] == name {
+			return item
+		}
+	}
+	return nil
+}
