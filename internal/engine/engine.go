@@ -35,6 +35,9 @@ type Engine interface {
 	ReadinessPath() string
 	// LivenessPath answers 200 while the process is healthy, even if not ready.
 	LivenessPath() string
+	// ReservedPorts are the ports the engine opens besides its HTTP port, which
+	// the HTTP port must not take.
+	ReservedPorts() []int32
 }
 
 var engines = map[servingv1.EngineType]Engine{

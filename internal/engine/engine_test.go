@@ -7,17 +7,43 @@ import (
 	servingv1 "github.com/aiinference/operator/api/v1"
 )
 
+// TestEngines pins each engine's command line, port and health paths. Each row
+// was checked against the engine's source at the version of its default image;
+// the comment above each engine's type (vllm.go, tgi.go, triton.go) names the
+// files. Change a row only after checking the engine again.
 func TestEngines(t *testing.T) {
-	p := Params{ModelPath: "/models/model", ServedName: "llama", Port: 9000, TensorParallel: 4}
+	p := Params{ModelPath: "/models/model", ServedName: "llama", Port: 9001, TensorParallel: 4}
 	tests := []struct {
 		engine      servingv1.EngineType
-		wantArgs    []string
-		readiness   string
+		image       string
+		command     []string
+		args        []string
 		defaultPort int32
+		reserved    []int32
+		readiness   string
+		liveness    string
 	}{
-		{servingv1.EngineVLLM, []string{"--model", "/models/model", "--served-model-name", "llama", "--port", "9000", "--tensor-parallel-size", "4"}, "/health", 8000},
-		{servingv1.EngineTGI, []string{"--model-id", "/models/model", "--port", "9000", "--num-shard", "4"}, "/health", 8080},
-		{servingv1.EngineTriton, []string{"--model-repository=/models/model", "--http-port=9000"}, "/v2/health/ready", 8000},
+		{
+			// vLLM v0.11.0: docker/Dockerfile, vllm/engine/arg_utils.py,
+			// vllm/entrypoints/openai/cli_args.py, vllm/entrypoints/openai/api_server.py.
+			engine: servingv1.EngineVLLM, image: "vllm/vllm-openai:v0.11.0", command: nil,
+			args:        []string{"--model", "/models/model", "--served-model-name", "llama", "--port", "9001", "--tensor-parallel-size", "4"},
+			defaultPort: 8000, reserved: nil, readiness: "/health", liveness: "/health",
+		},
+		{
+			// text-generation-inference v3.3.4: Dockerfile, tgi-entrypoint.sh,
+			// launcher/src/main.rs, router/src/server.rs.
+			engine: servingv1.EngineTGI, image: "ghcr.io/huggingface/text-generation-inference:3.3.4", command: nil,
+			args:        []string{"--model-id", "/models/model", "--hostname", "0.0.0.0", "--port", "9001", "--num-shard", "4"},
+			defaultPort: 8080, reserved: []int32{9000}, readiness: "/health", liveness: "/health",
+		},
+		{
+			// Triton server v2.54.0 (25.01): src/command_line_parser.cc,
+			// src/http_server.cc, build.py; core r25.01 src/filesystem.
+			engine: servingv1.EngineTriton, image: "nvcr.io/nvidia/tritonserver:25.01-py3", command: []string{"tritonserver"},
+			args:        []string{"--model-repository=/models/model", "--http-port=9001"},
+			defaultPort: 8000, reserved: []int32{8001, 8002}, readiness: "/v2/health/ready", liveness: "/v2/health/live",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.engine), func(t *testing.T) {
@@ -25,17 +51,29 @@ func TestEngines(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := e.Args(p); !slices.Equal(got, tt.wantArgs) {
-				t.Errorf("Args = %q, want %q", got, tt.wantArgs)
+			if got := e.DefaultImage(); got != tt.image {
+				t.Errorf("DefaultImage = %q, want %q", got, tt.image)
 			}
-			if e.ReadinessPath() != tt.readiness {
-				t.Errorf("ReadinessPath = %q, want %q", e.ReadinessPath(), tt.readiness)
+			if got := e.Command(); !slices.Equal(got, tt.command) {
+				t.Errorf("Command = %q, want %q", got, tt.command)
 			}
-			if e.DefaultPort() != tt.defaultPort {
-				t.Errorf("DefaultPort = %d, want %d", e.DefaultPort(), tt.defaultPort)
+			if got := e.Args(p); !slices.Equal(got, tt.args) {
+				t.Errorf("Args = %q, want %q", got, tt.args)
 			}
-			if e.DefaultImage() == "" || e.LivenessPath() == "" {
-				t.Error("engine lacks a default image or liveness path")
+			if got := e.DefaultPort(); got != tt.defaultPort {
+				t.Errorf("DefaultPort = %d, want %d", got, tt.defaultPort)
+			}
+			if got := e.ReservedPorts(); !slices.Equal(got, tt.reserved) {
+				t.Errorf("ReservedPorts = %v, want %v", got, tt.reserved)
+			}
+			if slices.Contains(e.ReservedPorts(), e.DefaultPort()) {
+				t.Errorf("the default port %d is one the engine reserves", e.DefaultPort())
+			}
+			if got := e.ReadinessPath(); got != tt.readiness {
+				t.Errorf("ReadinessPath = %q, want %q", got, tt.readiness)
+			}
+			if got := e.LivenessPath(); got != tt.liveness {
+				t.Errorf("LivenessPath = %q, want %q", got, tt.liveness)
 			}
 		})
 	}

@@ -3,6 +3,20 @@ package engine
 import "strconv"
 
 // vllm is vLLM's OpenAI-compatible server.
+//
+// Checked against vLLM v0.11.0 (commit b8b302cd, the version of DefaultImage):
+//   - docker/Dockerfile: the vllm-openai image's entrypoint is
+//     `python3 -m vllm.entrypoints.openai.api_server`, so Args are its flags and
+//     Command stays nil.
+//   - vllm/engine/arg_utils.py: --model, --served-model-name (one or more names),
+//     --tensor-parallel-size (alias -tp).
+//   - vllm/entrypoints/openai/cli_args.py: --port (default 8000), --host (default
+//     None, which run_server in api_server.py binds as "", every address: the
+//     kubelet's probes on the pod IP and the warm-up gate on 127.0.0.1 both reach
+//     it, so no --host is passed).
+//   - vllm/entrypoints/openai/api_server.py: GET /health answers 200 once the
+//     server listens (after the engine is built) and 503 once the engine died;
+//     GET /v1/models, POST /v1/completions.
 type vllm struct{}
 
 func (vllm) DefaultImage() string  { return "vllm/vllm-openai:v0.11.0" }
@@ -10,6 +24,9 @@ func (vllm) DefaultPort() int32    { return 8000 }
 func (vllm) Command() []string     { return nil }
 func (vllm) ReadinessPath() string { return "/health" }
 func (vllm) LivenessPath() string  { return "/health" }
+
+// ReservedPorts: metrics are served on the HTTP port (/metrics).
+func (vllm) ReservedPorts() []int32 { return nil }
 
 func (vllm) Args(p Params) []string {
 	return []string{

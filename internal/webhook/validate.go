@@ -13,6 +13,7 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/controller/aiinference"
+	"github.com/aiinference/operator/internal/engine"
 )
 
 // Validation of what the CRD's schema and CEL rules cannot express: knowledge of
@@ -31,6 +32,7 @@ type paths struct {
 	s3Bucket, s3Endpoint, s3Secret           *field.Path
 	pvcClaim, pvcPath, httpURL, httpSecret   *field.Path
 	engineType, engineArgs, engineEnv        *field.Path
+	enginePort                               *field.Path
 	portHint, sourceHint                     string
 	gpuCount, gpuProducts                    *field.Path
 	resources, nodeSelector, tolerations     *field.Path
@@ -55,6 +57,7 @@ var v1Paths = paths{
 	engineType:         spec.Child("engine", "type"),
 	engineArgs:         spec.Child("engine", "args"),
 	engineEnv:          spec.Child("engine", "env"),
+	enginePort:         spec.Child("engine", "port"),
 	portHint:           "set spec.engine.port instead",
 	sourceHint:         "choose the model with spec.model.source",
 	gpuCount:           spec.Child("gpu", "count"),
@@ -110,6 +113,9 @@ var ownedFlags = map[servingv1.EngineType][]ownedFlag{
 	},
 	servingv1.EngineTGI: {
 		{"--model-id", sourceFix},
+		{"--hostname", func(paths) string {
+			return "the operator makes the engine listen on every address of the pod, which its probes, its Service and the warm-up gate need; remove the argument"
+		}},
 		{"--port", func(p paths) string { return p.portHint }},
 		{"-p", func(p paths) string { return p.portHint }},
 		{"--num-shard", tensorParallelFix},
@@ -167,6 +173,12 @@ func validate(obj *servingv1.AIInference, p paths) (warnings []string, errs fiel
 				}
 			}
 		}
+	}
+	// Ports the engine opens besides its HTTP port.
+	if eng, err := engine.For(s.Engine.Type); err == nil && slices.Contains(eng.ReservedPorts(), s.Engine.Port) {
+		errs = append(errs, field.Invalid(p.enginePort, s.Engine.Port, fmt.Sprintf(
+			"%s opens port %d itself besides its HTTP port (it opens %v); choose another port, e.g. the default %d",
+			s.Engine.Type, s.Engine.Port, eng.ReservedPorts(), eng.DefaultPort())))
 	}
 	for i, env := range s.Engine.Env {
 		if why, ok := ownedEnv[env.Name]; ok {
