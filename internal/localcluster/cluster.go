@@ -58,6 +58,8 @@ type Options struct {
 	NodePools []NodePool
 	// RealNodes configure the nodes of the pools with Real set (only used then).
 	RealNodes RealNodeOptions
+	// ObjectStore, when set, starts an S3-compatible store seeded with a model.
+	ObjectStore *ObjectStoreOptions
 	// Dir is the cluster's directory (etcd data, keys, kubeconfig, logs). Empty: a
 	// new temporary directory that Stop removes. A Dir given here is created if
 	// needed, must be empty, and is left in place by Stop, logs included.
@@ -88,7 +90,8 @@ type Cluster struct {
 	procs   []*process // in start order
 	stopped bool
 
-	real realNodes
+	real        realNodes
+	objectStore *ObjectStore
 }
 
 // ports are the loopback ports of the components.
@@ -139,6 +142,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	if opts.RealNodes, err = prepareRealNodes(ctx, opts, pools, progress); err != nil {
+		return nil, err
+	}
+	if opts.ObjectStore, err = prepareObjectStore(ctx, opts, progress); err != nil {
 		return nil, err
 	}
 
@@ -370,6 +376,11 @@ func start(ctx context.Context, opts Options, binDir, stageDir string, pools []N
 	}
 	if err := c.WaitNodesReady(ctx, names...); err != nil {
 		return nil, err
+	}
+	if opts.ObjectStore != nil {
+		if err := c.startObjectStore(ctx, opts); err != nil {
+			return nil, err
+		}
 	}
 	return c, nil
 }
