@@ -213,6 +213,8 @@ const (
 )
 
 // EngineSpec is the model server and how it is started.
+// +kubebuilder:validation:XValidation:rule="self.type != 'Triton' || !has(self.warmup) || !has(self.warmup.enabled) || !self.warmup.enabled",message="engine.warmup is not available for Triton, which serves no completions API; warm the models with model_warmup in their config.pbtxt, which Triton's readiness waits for, and remove engine.warmup.enabled"
+// +kubebuilder:validation:XValidation:rule="!has(self.port) || self.port != 8099",message="engine.port 8099 is the warm-up gate's readiness port in the pod; choose another port"
 type EngineSpec struct {
 	// Type is the model server: vLLM, TGI or Triton.
 	Type EngineType `json:"type"`
@@ -250,6 +252,33 @@ type EngineSpec struct {
 	// namespaces that enforce it.
 	// +optional
 	SecurityContext *corev1.SecurityContext `json:"securityContext,omitempty"`
+
+	// Warmup is the warm-up gate: a replica counts as ready (and receives Service
+	// traffic) only once the engine has answered one real completion of at most
+	// one token for the served model, which its health endpoint alone does not
+	// prove. A small sidecar container (warmup) sends it to the engine inside the
+	// pod, retrying with back-off while the engine starts, for up to
+	// loading.timeout; then it exits with a message the status reports
+	// (WarmupFailed) and the kubelet runs it again. Once a completion succeeds it
+	// sends nothing more. On by default for vLLM (POST /v1/completions) and TGI
+	// (POST /generate); Triton has no completions API and warms its models itself
+	// (model_warmup in config.pbtxt).
+	// +optional
+	Warmup *WarmupSpec `json:"warmup,omitempty"`
+}
+
+// WarmupSpec configures the warm-up gate.
+type WarmupSpec struct {
+	// Enabled turns the gate on or off. Defaults to true for vLLM and TGI; it
+	// cannot be turned on for Triton.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// Prompt is the text of the warm-up completion. Defaults to "Hello".
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Prompt string `json:"prompt,omitempty"`
 }
 
 // GPUSpec is the GPUs of one replica.
@@ -329,9 +358,10 @@ type CachePVCSpec struct {
 type LoadingSpec struct {
 	// Timeout bounds each stage of one attempt: the download (the loader stops
 	// itself when it runs out), and then the engine's warm-up until its health
-	// endpoint answers (the startup probe's budget). A replica may so take up to
-	// twice this long to become ready; the Deployment's progress deadline allows
-	// for both.
+	// endpoint answers (the startup probe's budget) and, with engine.warmup, until
+	// it has answered its first completion. A replica may so take up to twice
+	// this long to become ready; the Deployment's progress deadline allows for
+	// both.
 	// +kubebuilder:default="30m"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="loading.timeout must be a duration between 10s and 24h, e.g. 30m"

@@ -40,6 +40,12 @@ const (
 	ReasonEngineStarting = "EngineStarting"
 	// ReasonEngineCrashLooping: the engine container keeps exiting.
 	ReasonEngineCrashLooping = "EngineCrashLooping"
+	// ReasonWarmingUp: the engine answers its health checks and the warm-up gate
+	// (engine.warmup) waits for its first completion.
+	ReasonWarmingUp = "WarmingUp"
+	// ReasonWarmupFailed: the warm-up gate got no completion from the engine within
+	// loading.timeout, exited and is run again; the message quotes its last error.
+	ReasonWarmupFailed = "WarmupFailed"
 	// ReasonPodStartFailed: a container cannot start (image pull, bad configuration).
 	ReasonPodStartFailed = "PodStartFailed"
 	// ReasonRetryingLoad: a load failed and will be retried after a back-off.

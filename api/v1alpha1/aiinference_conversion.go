@@ -25,9 +25,10 @@ import (
 //
 //   - AnnotationV1Fields, on a v1alpha1 object: the v1 fields v1alpha1 has no place
 //     for (the structured model source, the GPU preference list beyond its first
-//     entry, sub-second durations, env, port, cache, ...). Converting back to v1
-//     restores each one unless the v1alpha1 object was edited so that it no longer
-//     agrees with it (e.g. gpuProduct changed: the new product wins).
+//     entry, sub-second durations, env, port, cache, the warm-up gate, ...).
+//     Converting back to v1 restores each one unless the v1alpha1 object was
+//     edited so that it no longer agrees with it (e.g. gpuProduct changed: the
+//     new product wins).
 //   - AnnotationV1Alpha1Fields, on a v1 object: the v1alpha1 model location when v1
 //     cannot rebuild it exactly (e.g. an s3Endpoint next to an http:// URI, which
 //     admission refuses but conversion must still not lose).
@@ -57,6 +58,7 @@ type v1Fields struct {
 	PodMetadata      *servingv1.PodMetadata        `json:"podMetadata,omitempty"`
 	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
 	EngineSecurity   *corev1.SecurityContext       `json:"engineSecurityContext,omitempty"`
+	Warmup           *servingv1.WarmupSpec         `json:"warmup,omitempty"`
 	Status           *v1StatusFields               `json:"status,omitempty"`
 }
 
@@ -142,6 +144,7 @@ func (src *AIInference) ConvertTo(dstRaw conversion.Hub) error {
 		ImagePullSecrets:   append([]corev1.LocalObjectReference(nil), saved.ImagePullSecrets...),
 	}
 	dst.Spec.Engine.SecurityContext = saved.EngineSecurity.DeepCopy()
+	dst.Spec.Engine.Warmup = saved.Warmup.DeepCopy()
 	if len(dst.Spec.ImagePullSecrets) == 0 {
 		dst.Spec.ImagePullSecrets = nil
 	}
@@ -196,6 +199,7 @@ func (dst *AIInference) ConvertFrom(srcRaw conversion.Hub) error {
 		PodMetadata:      s.PodMetadata.DeepCopy(),
 		ImagePullSecrets: append([]corev1.LocalObjectReference(nil), s.ImagePullSecrets...),
 		EngineSecurity:   s.Engine.SecurityContext.DeepCopy(),
+		Warmup:           s.Engine.Warmup.DeepCopy(),
 	}
 	if !equality.Semantic.DeepEqual(sourceFromLocation(loc), s.Model.Source) {
 		lost.Source = s.Model.Source.DeepCopy()

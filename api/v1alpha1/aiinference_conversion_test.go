@@ -184,7 +184,7 @@ func keepOnlyWhatV1Alpha1Expresses(o *servingv1.AIInference) {
 	s := &o.Spec
 	s.Model.Revision, s.Model.SHA256Manifest = "", ""
 	s.Model.Source = sourceFromLocation(locationOf(s.Model.Source))
-	s.Engine.Env, s.Engine.Port, s.Engine.SecurityContext = nil, 0, nil
+	s.Engine.Env, s.Engine.Port, s.Engine.SecurityContext, s.Engine.Warmup = nil, 0, nil, nil
 	s.GPU.Products = productsFrom(firstProduct(s.GPU.Products))
 	s.Cache, s.ServiceAccountName, s.PodMetadata, s.ImagePullSecrets = nil, "", nil, nil
 	s.Loading.Timeout = durationFrom(secondsOf(s.Loading.Timeout), nil)

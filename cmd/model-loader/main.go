@@ -1,14 +1,22 @@
 // Command model-loader is the init container of every AIInference pod: it fetches
 // the model into the shared volume, verified and resumable, and reports how it went
 // in its termination message (see internal/loadspec for the contract).
+//
+// `model-loader warmup ...` is the warm-up gate from the same image: a sidecar
+// that holds the pod's readiness until the engine has answered one real
+// completion (see internal/warmup).
 package main
 
 import (
 	"os"
 
 	"github.com/aiinference/operator/internal/loader"
+	"github.com/aiinference/operator/internal/warmup"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "warmup" {
+		os.Exit(warmup.Main(os.Args[2:], os.Stderr))
+	}
 	os.Exit(loader.Main(os.Args[1:], os.Stderr))
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/warmup"
 )
 
 // Params are the facts an engine needs to build its command line.
@@ -38,6 +39,9 @@ type Engine interface {
 	// ReservedPorts are the ports the engine opens besides its HTTP port, which
 	// the HTTP port must not take.
 	ReservedPorts() []int32
+	// WarmupAPI is how the warm-up gate asks the engine for a completion; empty
+	// when the engine has no completions API to ask.
+	WarmupAPI() warmup.API
 }
 
 var engines = map[servingv1.EngineType]Engine{

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/warmup"
 )
 
 // TestEngines pins each engine's command line, port and health paths. Each row
@@ -22,6 +23,7 @@ func TestEngines(t *testing.T) {
 		reserved    []int32
 		readiness   string
 		liveness    string
+		warmupAPI   warmup.API
 	}{
 		{
 			// vLLM v0.11.0: docker/Dockerfile, vllm/engine/arg_utils.py,
@@ -29,6 +31,7 @@ func TestEngines(t *testing.T) {
 			engine: servingv1.EngineVLLM, image: "vllm/vllm-openai:v0.11.0", command: nil,
 			args:        []string{"--model", "/models/model", "--served-model-name", "llama", "--port", "9001", "--tensor-parallel-size", "4"},
 			defaultPort: 8000, reserved: nil, readiness: "/health", liveness: "/health",
+			warmupAPI: warmup.APIOpenAI,
 		},
 		{
 			// text-generation-inference v3.3.4: Dockerfile, tgi-entrypoint.sh,
@@ -36,6 +39,7 @@ func TestEngines(t *testing.T) {
 			engine: servingv1.EngineTGI, image: "ghcr.io/huggingface/text-generation-inference:3.3.4", command: nil,
 			args:        []string{"--model-id", "/models/model", "--hostname", "0.0.0.0", "--port", "9001", "--num-shard", "4"},
 			defaultPort: 8080, reserved: []int32{9000}, readiness: "/health", liveness: "/health",
+			warmupAPI: warmup.APITGI,
 		},
 		{
 			// Triton server v2.54.0 (25.01): src/command_line_parser.cc,
@@ -43,6 +47,7 @@ func TestEngines(t *testing.T) {
 			engine: servingv1.EngineTriton, image: "nvcr.io/nvidia/tritonserver:25.01-py3", command: []string{"tritonserver"},
 			args:        []string{"--model-repository=/models/model", "--http-port=9001"},
 			defaultPort: 8000, reserved: []int32{8001, 8002}, readiness: "/v2/health/ready", liveness: "/v2/health/live",
+			warmupAPI: "",
 		},
 	}
 	for _, tt := range tests {
@@ -74,6 +79,12 @@ func TestEngines(t *testing.T) {
 			}
 			if got := e.LivenessPath(); got != tt.liveness {
 				t.Errorf("LivenessPath = %q, want %q", got, tt.liveness)
+			}
+			if got := e.WarmupAPI(); got != tt.warmupAPI {
+				t.Errorf("WarmupAPI = %q, want %q", got, tt.warmupAPI)
+			}
+			if slices.Contains(e.ReservedPorts(), warmup.Port) || e.DefaultPort() == warmup.Port {
+				t.Errorf("the engine takes the warm-up gate's port %d", warmup.Port)
 			}
 		})
 	}

@@ -1,6 +1,10 @@
 package engine
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/aiinference/operator/internal/warmup"
+)
 
 // tgi is Hugging Face's Text Generation Inference.
 //
@@ -30,6 +34,9 @@ func (tgi) LivenessPath() string  { return "/health" }
 
 // ReservedPorts: the router's Prometheus endpoint (--prometheus-port).
 func (tgi) ReservedPorts() []int32 { return []int32{9000} }
+
+// WarmupAPI: POST /generate (router/src/server.rs).
+func (tgi) WarmupAPI() warmup.API { return warmup.APITGI }
 
 func (tgi) Args(p Params) []string {
 	return []string{

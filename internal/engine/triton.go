@@ -1,6 +1,10 @@
 package engine
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/aiinference/operator/internal/warmup"
+)
 
 // triton is NVIDIA Triton Inference Server. The model folder is its model
 // repository: the model source must hold one folder per Triton model
@@ -42,6 +46,10 @@ func (triton) LivenessPath() string  { return "/v2/health/live" }
 
 // ReservedPorts: gRPC and metrics, which tritonserver opens besides HTTP.
 func (triton) ReservedPorts() []int32 { return []int32{8001, 8002} }
+
+// WarmupAPI: none. tritonserver serves no completions API, and Triton warms its
+// models itself before /v2/health/ready (model_warmup in config.pbtxt).
+func (triton) WarmupAPI() warmup.API { return "" }
 
 func (triton) Args(p Params) []string {
 	return []string{

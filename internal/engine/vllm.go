@@ -1,6 +1,10 @@
 package engine
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/aiinference/operator/internal/warmup"
+)
 
 // vllm is vLLM's OpenAI-compatible server.
 //
@@ -28,11 +32,20 @@ func (vllm) LivenessPath() string  { return "/health" }
 // ReservedPorts: metrics are served on the HTTP port (/metrics).
 func (vllm) ReservedPorts() []int32 { return nil }
 
+// WarmupAPI: POST /v1/completions (api_server.py).
+func (vllm) WarmupAPI() warmup.API { return warmup.APIOpenAI }
+
+// Args pass --tensor-parallel-size only above its default of 1, so that a server
+// that speaks vLLM's API without sharding (the local cluster's simulator) starts
+// with the arguments of a one-GPU replica.
 func (vllm) Args(p Params) []string {
-	return []string{
+	args := []string{
 		"--model", p.ModelPath,
 		"--served-model-name", p.ServedName,
 		"--port", strconv.Itoa(int(p.Port)),
-		"--tensor-parallel-size", strconv.Itoa(int(p.TensorParallel)),
 	}
+	if p.TensorParallel > 1 {
+		args = append(args, "--tensor-parallel-size", strconv.Itoa(int(p.TensorParallel)))
+	}
+	return args
 }

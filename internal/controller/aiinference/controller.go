@@ -198,6 +198,7 @@ var warningReasons = map[string]bool{
 	servingv1.ReasonRetriesExhausted:         true,
 	servingv1.ReasonRetryingLoad:             true,
 	servingv1.ReasonEngineCrashLooping:       true,
+	servingv1.ReasonWarmupFailed:             true,
 	servingv1.ReasonPodStartFailed:           true,
 	servingv1.ReasonUnschedulable:            true,
 	servingv1.ReasonSecretNotFound:           true,

@@ -22,6 +22,7 @@ import (
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/engine"
 	"github.com/aiinference/operator/internal/loadspec"
+	"github.com/aiinference/operator/internal/warmup"
 )
 
 // Labels and annotations the operator puts on its children.
@@ -50,6 +51,10 @@ const (
 	LoaderContainerName = "model-loader"
 	// EngineContainerName is the model server container.
 	EngineContainerName = "engine"
+	// WarmupContainerName is the warm-up gate (engine.warmup), a native sidecar
+	// after the loader that holds the pod's readiness until the engine has
+	// answered one real completion.
+	WarmupContainerName = "warmup"
 
 	cacheVolume        = "model-cache"
 	configVolume       = "loader-config"
@@ -278,7 +283,8 @@ func enginePort(obj *servingv1.AIInference, eng engine.Engine) int32 {
 }
 
 // desiredDeployment is the model server: an init container that loads the model
-// into the cache volume, then the engine, gated by probes on its health endpoint.
+// into the cache volume, then the engine, gated by probes on its health endpoint
+// and by the warm-up gate's first completion.
 // configHash is the hash of the loader ConfigMap, so a changed configuration rolls
 // the pods.
 func desiredDeployment(obj *servingv1.AIInference, eng engine.Engine, opts Options, configHash string) *appsv1.Deployment {
@@ -335,7 +341,7 @@ func podTemplate(obj *servingv1.AIInference, eng engine.Engine, opts Options) co
 				FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
 				SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
-			InitContainers: []corev1.Container{loaderContainer(obj, opts)},
+			InitContainers: initContainers(obj, eng, opts),
 			Containers:     []corev1.Container{engineContainer(obj, eng)},
 			Volumes:        volumes(obj),
 		},
@@ -413,6 +419,64 @@ func loaderContainer(obj *servingv1.AIInference, opts Options) corev1.Container 
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+	}
+}
+
+// initContainers are the loader, then the warm-up gate when it is on.
+func initContainers(obj *servingv1.AIInference, eng engine.Engine, opts Options) []corev1.Container {
+	containers := []corev1.Container{loaderContainer(obj, opts)}
+	if api := warmupAPI(obj, eng); api != "" {
+		containers = append(containers, warmupContainer(obj, eng, opts, api))
+	}
+	return containers
+}
+
+// warmupAPI is the API the warm-up gate asks the engine through, or "" when the
+// gate is off: turned off in the spec, or an engine without a completions API
+// (Triton, which admission refuses to turn it on for).
+func warmupAPI(obj *servingv1.AIInference, eng engine.Engine) warmup.API {
+	if w := obj.Spec.Engine.Warmup; w != nil && w.Enabled != nil && !*w.Enabled {
+		return ""
+	}
+	return eng.WarmupAPI()
+}
+
+// warmupContainer is the warm-up gate: `model-loader warmup` from the loader's
+// image, run as a native sidecar (an init container that restarts always), so the
+// kubelet starts it once the loader is done and keeps it beside the engine. It
+// has no startup probe, so the engine starts at once beside it; its readiness
+// probe counts in the pod's readiness, which so waits for a real completion.
+// After loading.timeout without one it exits with the reason in its termination
+// message, and the kubelet runs it again.
+func warmupContainer(obj *servingv1.AIInference, eng engine.Engine, opts Options, api warmup.API) corev1.Container {
+	prompt := warmup.DefaultPrompt
+	if w := obj.Spec.Engine.Warmup; w != nil && w.Prompt != "" {
+		prompt = w.Prompt
+	}
+	return corev1.Container{
+		Name:  WarmupContainerName,
+		Image: opts.LoaderImage,
+		Args: []string{"warmup",
+			"--api", string(api),
+			"--engine-url", fmt.Sprintf("http://127.0.0.1:%d", enginePort(obj, eng)),
+			"--model", obj.Spec.Model.Name,
+			"--prompt", prompt,
+			"--timeout", loadTimeout(obj).String(),
+			"--listen", fmt.Sprintf(":%d", warmup.Port),
+		},
+		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		Ports:         []corev1.ContainerPort{{Name: WarmupContainerName, ContainerPort: warmup.Port, Protocol: corev1.ProtocolTCP}},
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: warmup.ReadyPath, Port: intstr.FromString(WarmupContainerName)}},
+			PeriodSeconds: 2, TimeoutSeconds: 2, FailureThreshold: 3,
+		},
+		SecurityContext: restrictedSecurityContext(),
+		Resources: corev1.ResourceRequirements{
+			// One HTTP request at a time, then an idle readiness endpoint.
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+		},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
 }
 

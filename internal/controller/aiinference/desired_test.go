@@ -228,3 +228,66 @@ func TestLoaderConfigFlushesOnlyLastingCaches(t *testing.T) {
 		t.Error("a PVC cache is not flushed")
 	}
 }
+
+func TestWarmupGate(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		engine  servingv1.EngineType
+		warmup  *servingv1.WarmupSpec
+		wantAPI string // "" : no gate
+		prompt  string
+	}{
+		{name: "on by default for vLLM", engine: servingv1.EngineVLLM, wantAPI: "openai", prompt: "Hello"},
+		{name: "on by default for TGI", engine: servingv1.EngineTGI, wantAPI: "tgi", prompt: "Hello"},
+		{name: "off for Triton", engine: servingv1.EngineTriton},
+		{name: "turned off", engine: servingv1.EngineVLLM, warmup: &servingv1.WarmupSpec{Enabled: ptr.To(false)}},
+		{name: "turned on with a prompt", engine: servingv1.EngineVLLM, warmup: &servingv1.WarmupSpec{Enabled: ptr.To(true), Prompt: "Say hi"}, wantAPI: "openai", prompt: "Say hi"},
+		{name: "a prompt alone keeps the default", engine: servingv1.EngineTGI, warmup: &servingv1.WarmupSpec{Prompt: "Bonjour"}, wantAPI: "tgi", prompt: "Bonjour"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			obj := sampleInference()
+			obj.Spec.Engine.Type, obj.Spec.Engine.Warmup = tt.engine, tt.warmup
+			obj.Spec.Engine.Port = 9001
+			obj.Spec.Loading.Timeout = &metav1.Duration{Duration: 20 * time.Minute}
+			eng, err := engine.For(tt.engine)
+			g.Expect(err).NotTo(HaveOccurred())
+			pod := desiredDeployment(obj, eng, Options{LoaderImage: "loader:1"}, "cfg").Spec.Template.Spec
+			g.Expect(pod.InitContainers[0].Name).To(Equal(LoaderContainerName), "the loader runs first")
+			if tt.wantAPI == "" {
+				g.Expect(pod.InitContainers).To(HaveLen(1))
+				return
+			}
+			g.Expect(pod.InitContainers).To(HaveLen(2))
+			c := pod.InitContainers[1]
+			g.Expect(c.Name).To(Equal(WarmupContainerName))
+			g.Expect(c.Image).To(Equal("loader:1"), "the loader's image, no other")
+			g.Expect(c.RestartPolicy).To(HaveValue(Equal(corev1.ContainerRestartPolicyAlways)), "a native sidecar")
+			g.Expect(c.Args).To(Equal([]string{"warmup", "--api", tt.wantAPI, "--engine-url", "http://127.0.0.1:9001",
+				"--model", "llama-3.1-8b", "--prompt", tt.prompt, "--timeout", "20m0s", "--listen", ":8099"}))
+			g.Expect(c.StartupProbe).To(BeNil(), "a startup probe would hold the engine back until the gate is ready")
+			g.Expect(c.LivenessProbe).To(BeNil())
+			g.Expect(c.ReadinessProbe.HTTPGet.Path).To(Equal("/ready"))
+			g.Expect(c.ReadinessProbe.HTTPGet.Port.StrVal).To(Equal(c.Ports[0].Name))
+			g.Expect(c.Ports[0].ContainerPort).To(Equal(int32(8099)))
+			g.Expect(c.SecurityContext).To(Equal(restrictedSecurityContext()), "the loader's security context")
+			g.Expect(c.Resources.Requests.Cpu().MilliValue()).To(BeNumerically("<=", 10))
+			g.Expect(c.Resources.Limits.Memory().Value()).To(BeNumerically("<=", 64<<20))
+			g.Expect(c.TerminationMessagePolicy).To(Equal(corev1.TerminationMessageFallbackToLogsOnError))
+		})
+	}
+}
+
+func TestWarmupSettingsRollThePods(t *testing.T) {
+	eng, _ := engine.For(servingv1.EngineVLLM)
+	obj := sampleInference()
+	base := podTemplateHash(desiredDeployment(obj, eng, Options{}, "a"))
+	obj.Spec.Engine.Warmup = &servingv1.WarmupSpec{Prompt: "Hi"}
+	if base == podTemplateHash(desiredDeployment(obj, eng, Options{}, "a")) {
+		t.Error("a changed warm-up prompt does not change the template hash")
+	}
+	obj.Spec.Engine.Warmup = &servingv1.WarmupSpec{Enabled: ptr.To(true)}
+	if base != podTemplateHash(desiredDeployment(obj, eng, Options{}, "a")) {
+		t.Error("enabled: true, the default, changes the template hash")
+	}
+}

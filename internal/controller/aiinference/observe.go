@@ -43,6 +43,13 @@ type podView struct {
 	EngineReady bool
 	// EngineCrashLoop explains a crash-looping engine; empty otherwise.
 	EngineCrashLoop string
+	// WarmupPending is true while the pod's warm-up gate (engine.warmup) is not
+	// ready: the engine has not answered a completion yet, so the pod is not ready
+	// even when the engine is. False for pods without the gate.
+	WarmupPending bool
+	// WarmupFailure explains a warm-up gate that exited without a completion
+	// (within loading.timeout) and is run again; empty otherwise.
+	WarmupFailure string
 	// StartFailure explains a container that cannot start (an image that cannot be
 	// pulled, a missing Secret key); empty otherwise.
 	StartFailure string
@@ -104,8 +111,11 @@ func observePod(pod *corev1.Pod, templateHash string) podView {
 		}
 	}
 	for _, cs := range pod.Status.InitContainerStatuses {
-		if cs.Name == LoaderContainerName {
+		switch cs.Name {
+		case LoaderContainerName:
 			observeLoader(&v, cs)
+		case WarmupContainerName:
+			observeWarmup(&v, cs)
 		}
 	}
 	for _, cs := range pod.Status.ContainerStatuses {
@@ -158,6 +168,28 @@ func observeLoader(v *podView, cs corev1.ContainerStatus) {
 	if latest != nil && latest.ExitCode != 0 {
 		v.LoaderLastFailure = loaderFailure(latest)
 	}
+}
+
+// observeWarmup reads the warm-up gate, a sidecar that the kubelet restarts
+// whenever it exits: between two runs it waits in CrashLoopBackOff, and the run
+// that ended, or the one before the current, holds its message.
+func observeWarmup(v *podView, cs corev1.ContainerStatus) {
+	if cs.Ready {
+		return
+	}
+	v.WarmupPending = true
+	exit := cs.State.Terminated
+	failures := cs.RestartCount
+	if exit != nil && exit.ExitCode != 0 {
+		failures++
+	} else {
+		exit = cs.LastTerminationState.Terminated
+	}
+	if exit == nil || exit.ExitCode == 0 {
+		return
+	}
+	v.WarmupFailure = fmt.Sprintf("warm-up gate exited %d times without a completion from the engine; last exit code %d (%s)%s",
+		failures, exit.ExitCode, exit.Reason, suffix(exit.Message))
 }
 
 // loaderFailure reads a failed run: the loader's own report when it left one.

@@ -63,7 +63,7 @@ type rollout struct {
 func observeRollout(obj *servingv1.AIInference, obs observation, templateHash string) rollout {
 	ro := rollout{desired: replicas(obj)}
 	for _, p := range obs.pods {
-		if p.Current && p.EngineReady {
+		if p.Current && p.EngineReady && !p.WarmupPending {
 			ro.currentReady++
 		}
 	}
@@ -261,6 +261,13 @@ func waitingVerdict(obj *servingv1.AIInference, obs observation, loads loadAsses
 		}
 	}
 	for _, p := range current {
+		if p.WarmupFailure != "" {
+			v := waitingOn(servingv1.ReasonWarmupFailed, "pod %s: %s; check the engine's logs and engine.args, or turn the gate off with engine.warmup.enabled: false", p.Name, p.WarmupFailure)
+			v.failure = &servingv1.LoadFailure{Reason: servingv1.ReasonWarmupFailed, Message: p.WarmupFailure, Pod: p.Name}
+			return phase, v
+		}
+	}
+	for _, p := range current {
 		if p.Unschedulable != "" {
 			v := waitingOn(servingv1.ReasonUnschedulable, "pod %s cannot be scheduled (%s needed): %s", p.Name, gpuSummary(obj.Spec.GPU), p.Unschedulable)
 			v.failure = &servingv1.LoadFailure{Reason: servingv1.ReasonUnschedulable, Message: p.Unschedulable, Pod: p.Name, Time: metav1.NewTime(p.UnschedulableSince)}
@@ -270,6 +277,11 @@ func waitingVerdict(obj *servingv1.AIInference, obs observation, loads loadAsses
 	for _, p := range current {
 		if p.LoaderDone && !p.EngineReady {
 			return phase, waitingOn(servingv1.ReasonEngineStarting, "the model is loaded on pod %s and the engine is starting", p.Name)
+		}
+	}
+	for _, p := range current {
+		if p.LoaderDone && p.WarmupPending {
+			return phase, waitingOn(servingv1.ReasonWarmingUp, "the engine on pod %s answers its health checks; waiting for its first completion (engine.warmup)", p.Name)
 		}
 	}
 	for _, p := range current {

@@ -232,6 +232,23 @@ func TestComputeStatus(t *testing.T) {
 			phase: servingv1.PhaseLoading, reason: servingv1.ReasonEngineCrashLooping, reconciling: true,
 		},
 		{
+			name: "a healthy engine waits for its warm-up completion", replicas: 1,
+			obs:   observation{deployment: deploymentWith(1, 0, 1), pods: []podView{{Name: "a", Current: true, Scheduled: true, LoaderDone: true, EngineReady: true, WarmupPending: true}}},
+			phase: servingv1.PhaseLoading, reason: servingv1.ReasonWarmingUp, reconciling: true,
+		},
+		{
+			name: "a failing warm-up is said", replicas: 1,
+			obs: observation{deployment: deploymentWith(1, 0, 1), pods: []podView{{Name: "a", Current: true, Scheduled: true, LoaderDone: true, EngineReady: true,
+				WarmupPending: true, WarmupFailure: "warm-up gate exited 2 times"}}},
+			phase: servingv1.PhaseLoading, reason: servingv1.ReasonWarmupFailed, reconciling: true,
+		},
+		{
+			name: "a crash-looping engine outranks the warm-up it fails", replicas: 1,
+			obs: observation{deployment: deploymentWith(1, 0, 1), pods: []podView{{Name: "a", Current: true, Scheduled: true, LoaderDone: true,
+				EngineCrashLoop: "restarted 5 times", WarmupPending: true, WarmupFailure: "warm-up gate exited 2 times"}}},
+			phase: servingv1.PhaseLoading, reason: servingv1.ReasonEngineCrashLooping, reconciling: true,
+		},
+		{
 			name: "an image that cannot be pulled is said", replicas: 1,
 			obs:   observation{deployment: deploymentWith(1, 0, 1), pods: []podView{{Name: "a", Current: true, Scheduled: true, StartFailure: "container model-loader: ImagePullBackOff"}}},
 			phase: servingv1.PhaseLoading, reason: servingv1.ReasonPodStartFailed, reconciling: true,
@@ -331,4 +348,92 @@ func TestObservePodSeesContainersThatCannotStart(t *testing.T) {
 	if v := observePod(&pod, ""); v.StartFailure != "" {
 		t.Errorf("a container that is merely starting is reported as failing: %q", v.StartFailure)
 	}
+}
+
+// The warm-up gate is a sidecar: the kubelet shows it running and not ready while
+// it warms up, waiting in CrashLoopBackOff (or just exited) after a run without a
+// completion, and ready once warm. kwok's simulated kubelet shows every init
+// container, sidecars too, as completed and ready.
+func TestObservePodSeesTheWarmupGate(t *testing.T) {
+	engineReady := corev1.ContainerStatus{Name: EngineContainerName, Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
+	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	exited := func(code int32, msg string) *corev1.ContainerStateTerminated {
+		return &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Error", Message: msg}
+	}
+	const msg = "warm-up failed: no completion from the engine at http://127.0.0.1:8000 succeeded within 30m0s (183 attempts); last: POST /v1/completions: 404 Not Found"
+	tests := []struct {
+		name        string
+		warmup      *corev1.ContainerStatus // nil: the pod has no gate
+		wantPending bool
+		wantFailure string
+		wantReady   bool // counted as a ready replica of the current spec
+	}{
+		{name: "no gate", wantReady: true},
+		{name: "warming up", warmup: &corev1.ContainerStatus{State: running}, wantPending: true},
+		{name: "warm", warmup: &corev1.ContainerStatus{Ready: true, State: running}, wantReady: true},
+		{name: "kwok shows it completed", warmup: &corev1.ContainerStatus{Ready: true, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed"}}}, wantReady: true},
+		{
+			name:        "just exited without a completion",
+			warmup:      &corev1.ContainerStatus{State: corev1.ContainerState{Terminated: exited(1, msg)}},
+			wantPending: true, wantFailure: "warm-up gate exited 1 times without a completion from the engine; last exit code 1 (Error): " + msg,
+		},
+		{
+			name: "waiting to run again",
+			warmup: &corev1.ContainerStatus{RestartCount: 2, LastTerminationState: corev1.ContainerState{Terminated: exited(1, msg)},
+				State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}},
+			wantPending: true, wantFailure: "warm-up gate exited 2 times without a completion from the engine; last exit code 1 (Error): " + msg,
+		},
+		{
+			name:        "running again after a failed run",
+			warmup:      &corev1.ContainerStatus{RestartCount: 1, LastTerminationState: corev1.ContainerState{Terminated: exited(1, msg)}, State: running},
+			wantPending: true, wantFailure: "warm-up gate exited 1 times without a completion from the engine; last exit code 1 (Error): " + msg,
+		},
+		{
+			name:      "warm after a failed run",
+			warmup:    &corev1.ContainerStatus{Ready: true, RestartCount: 1, LastTerminationState: corev1.ContainerState{Terminated: exited(1, msg)}, State: running},
+			wantReady: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			pod := corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{engineReady}}}
+			loader := corev1.ContainerStatus{Name: LoaderContainerName, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed"}}}
+			pod.Status.InitContainerStatuses = []corev1.ContainerStatus{loader}
+			if tt.warmup != nil {
+				tt.warmup.Name = WarmupContainerName
+				pod.Status.InitContainerStatuses = append(pod.Status.InitContainerStatuses, *tt.warmup)
+			}
+			v := observePod(&pod, "")
+			g.Expect(v.WarmupPending).To(Equal(tt.wantPending))
+			g.Expect(v.WarmupFailure).To(Equal(tt.wantFailure))
+			g.Expect(v.LoaderDone).To(BeTrue())
+			g.Expect(v.EngineCrashLoop).To(BeEmpty())
+			g.Expect(v.StartFailure).To(BeEmpty())
+			v.Current = true
+			ro := observeRollout(sampleInference(), observation{pods: []podView{v}}, "")
+			g.Expect(ro.currentReady == 1).To(Equal(tt.wantReady))
+		})
+	}
+}
+
+// A failed warm-up reads as Ready=False WarmupFailed with the gate's message, and
+// is recorded as the last failure, as a crash-looping engine is.
+func TestWarmupFailureIsReported(t *testing.T) {
+	g := NewWithT(t)
+	obj := sampleInference()
+	failure := "warm-up gate exited 1 times without a completion from the engine; last exit code 1 (Error): warm-up failed: no completion"
+	obs := observation{deployment: deploymentWith(1, 0, 1), podsSeen: true,
+		pods: []podView{{Name: "a", Current: true, Scheduled: true, LoaderDone: true, EngineReady: true, WarmupPending: true, WarmupFailure: failure}}}
+	st := computeStatus(obj, obs, loadAssessment{}, now)
+	ready := meta.FindStatusCondition(st.Conditions, servingv1.ConditionReady)
+	g.Expect(ready.Status).To(Equal(metav1.ConditionFalse))
+	g.Expect(ready.Reason).To(Equal(servingv1.ReasonWarmupFailed))
+	g.Expect(ready.Message).To(ContainSubstring("0 of 1 replicas run the current spec and are ready; pod a: " + failure))
+	g.Expect(ready.Message).To(ContainSubstring("engine.warmup.enabled: false"))
+	g.Expect(st.LastFailure).NotTo(BeNil())
+	g.Expect(st.LastFailure.Reason).To(Equal(servingv1.ReasonWarmupFailed))
+	g.Expect(st.LastFailure.Message).To(Equal(failure))
+	g.Expect(st.LastFailure.Pod).To(Equal("a"))
+	g.Expect(warningReasons[servingv1.ReasonWarmupFailed]).To(BeTrue(), "a failing warm-up is a Warning event")
 }

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,12 +96,19 @@ func TestChildrenHaveTheRightShape(t *testing.T) {
 	g.Expect(cfg.Dest).To(Equal("/models/llama-3.1-8b"))
 
 	pod := d.Spec.Template.Spec
-	g.Expect(pod.InitContainers).To(HaveLen(1))
+	g.Expect(pod.InitContainers).To(HaveLen(2))
 	loader := pod.InitContainers[0]
 	g.Expect(loader.Image).To(Equal("example.test/model-loader:test"))
 	g.Expect(loader.Env).To(ContainElement(HaveField("ValueFrom.SecretKeyRef.Name", "s3-creds")))
 	g.Expect(*loader.SecurityContext.ReadOnlyRootFilesystem).To(BeTrue())
 	g.Expect(*loader.SecurityContext.RunAsNonRoot).To(BeTrue())
+
+	gate := pod.InitContainers[1]
+	g.Expect(gate.Name).To(Equal(aiinference.WarmupContainerName))
+	g.Expect(gate.Image).To(Equal(loader.Image))
+	g.Expect(gate.RestartPolicy).To(HaveValue(Equal(corev1.ContainerRestartPolicyAlways)))
+	g.Expect(gate.Args).To(ContainElements("warmup", "--engine-url", "http://127.0.0.1:8000", "--model", "llama-3.1-8b"))
+	g.Expect(gate.ReadinessProbe.HTTPGet.Path).To(Equal("/ready"))
 
 	eng := pod.Containers[0]
 	g.Expect(eng.Args).To(ContainElements("--model", "/models/llama-3.1-8b", "--tensor-parallel-size", "2"))
@@ -463,6 +471,13 @@ func TestInvalidSpecsAreRefusedWithAUsefulMessage(t *testing.T) {
 		{"unknown engine", func(o *servingv1.AIInference) { o.Spec.Engine.Type = "Ollama" }, `supported values: "vLLM", "TGI", "Triton"`},
 		{"engine image with spaces", func(o *servingv1.AIInference) { o.Spec.Engine.Image = "vllm openai" }, "engine.image must be an image reference without spaces"},
 		{"engine port out of range", func(o *servingv1.AIInference) { o.Spec.Engine.Port = 70000 }, "spec.engine.port"},
+		{"engine port of the warm-up gate", func(o *servingv1.AIInference) { o.Spec.Engine.Port = 8099 }, "engine.port 8099 is the warm-up gate's readiness port"},
+		{"warm-up turned on for Triton", func(o *servingv1.AIInference) {
+			o.Spec.Engine.Type, o.Spec.Engine.Warmup = servingv1.EngineTriton, &servingv1.WarmupSpec{Enabled: ptr.To(true)}
+		}, "engine.warmup is not available for Triton"},
+		{"warm-up prompt too long", func(o *servingv1.AIInference) {
+			o.Spec.Engine.Warmup = &servingv1.WarmupSpec{Prompt: strings.Repeat("a", 1025)}
+		}, "spec.engine.warmup.prompt"},
 		{"negative GPU count", func(o *servingv1.AIInference) { o.Spec.GPU.Count = -1 }, "spec.gpu.count"},
 		{"too many GPUs", func(o *servingv1.AIInference) { o.Spec.GPU.Count = 64 }, "spec.gpu.count"},
 		{"GPU products without GPUs", func(o *servingv1.AIInference) { o.Spec.GPU.Count = 0 }, "gpu.products lists acceptable GPU products, which needs gpu.count of at least 1"},
