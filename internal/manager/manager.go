@@ -5,6 +5,7 @@ package manager
 
 import (
 	"fmt"
+	"k8s.io/client-go/kubernetes"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -96,12 +97,17 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 			return nil, err
 		}
 	}
+	clientset, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, err
+	}
 	r := &aiinference.Reconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		Scheme:    scheme,
 		Recorder:  mgr.GetEventRecorder("aiinference-operator"),
 		Options:   aiinference.Options{LoaderImage: opts.LoaderImage},
+		Logs:      aiinference.PodLogs{Client: clientset},
 		Now:       time.Now,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {

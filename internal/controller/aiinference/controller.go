@@ -43,6 +43,8 @@ type Reconciler struct {
 	Scheme    *runtime.Scheme
 	Recorder  recorder.EventRecorder
 	Options   Options
+	// Logs reads crash-looping engines' logs; nil: not read.
+	Logs LogReader
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
 }
@@ -70,6 +72,7 @@ type scope struct {
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services;configmaps;persistentvolumeclaims,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 

@@ -66,6 +66,8 @@ const (
 	cacheMountPath     = "/models"
 	sourceMountPath    = "/mnt/model-source"
 	probePeriodSeconds = 10
+	// preStopSleepSeconds is how long a stopping engine keeps serving.
+	preStopSleepSeconds = 5
 )
 
 // Defaults for fields the user left out. The CRD defaults them too; these cover
@@ -578,6 +580,10 @@ func engineContainer(obj *servingv1.AIInference, eng engine.Engine) corev1.Conta
 		VolumeMounts:             mounts,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		SecurityContext:          engineSecurityContext(obj),
+		// A pod being deleted leaves the Service's endpoints at once, but kube-proxy
+		// on every node takes a moment to see it: the engine keeps serving
+		// meanwhile, so that no request sent its way in that moment fails.
+		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: preStopSleepSeconds}}},
 	}
 }
 

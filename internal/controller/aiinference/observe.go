@@ -43,6 +43,9 @@ type podView struct {
 	EngineReady bool
 	// EngineCrashLoop explains a crash-looping engine; empty otherwise.
 	EngineCrashLoop string
+	// EngineLogWanted is true when the crash loop's last exit left no message:
+	// the last line of the engine's log is then worth reading.
+	EngineLogWanted bool
 	// WarmupPending is true while the pod's warm-up gate (engine.warmup) is not
 	// ready: the engine has not answered a completion yet, so the pod is not ready
 	// even when the engine is. False for pods without the gate.
@@ -128,9 +131,11 @@ func observePod(pod *corev1.Pod, templateHash string) podView {
 		crashed := cs.RestartCount > 0 && !cs.Ready && cs.LastTerminationState.Terminated != nil
 		if w := cs.State.Waiting; (w != nil && w.Reason == "CrashLoopBackOff") || crashed {
 			v.EngineCrashLoop = fmt.Sprintf("engine container restarted %d times", cs.RestartCount)
-			if t := cs.LastTerminationState.Terminated; t != nil {
+			t := cs.LastTerminationState.Terminated
+			if t != nil {
 				v.EngineCrashLoop += fmt.Sprintf("; last exit code %d (%s)%s", t.ExitCode, t.Reason, suffix(t.Message))
 			}
+			v.EngineLogWanted = t == nil || strings.TrimSpace(t.Message) == ""
 		}
 	}
 	return v

@@ -96,8 +96,32 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	}
 	s.obs.podsSeen = true
 	s.obs.pods = observePods(pods.Items, s.templateHash)
+	r.readCrashLogs(ctx, s)
 	s.loads = assessLoads(s.obj, s.obs.pods, s.templateHash, s.now)
 	return nil
+}
+
+// readCrashLogs adds the last log line of each current crash-looping engine whose
+// exit left no message. It only costs a request while an engine crash-loops; a
+// log that cannot be read (the node is gone) leaves the message as it was.
+func (r *Reconciler) readCrashLogs(ctx context.Context, s *scope) {
+	if r.Logs == nil {
+		return
+	}
+	for i := range s.obs.pods {
+		p := &s.obs.pods[i]
+		if !p.Current || !p.EngineLogWanted {
+			continue
+		}
+		line, err := r.Logs.LastLine(ctx, s.obj.Namespace, p.Name, EngineContainerName)
+		if err != nil {
+			ctrl.LoggerFrom(ctx).V(1).Info("Reading a crash-looping engine's log", "pod", klog.KRef(s.obj.Namespace, p.Name), "error", err.Error())
+			continue
+		}
+		if line != "" {
+			p.EngineCrashLoop += "; last log line" + suffix(line)
+		}
+	}
 }
 
 func (r *Reconciler) reconcileConfigMap(ctx context.Context, s *scope) error {

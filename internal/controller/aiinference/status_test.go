@@ -1,7 +1,9 @@
 package aiinference
 
 import (
+	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -436,4 +438,31 @@ func TestWarmupFailureIsReported(t *testing.T) {
 	g.Expect(st.LastFailure.Message).To(Equal(failure))
 	g.Expect(st.LastFailure.Pod).To(Equal("a"))
 	g.Expect(warningReasons[servingv1.ReasonWarmupFailed]).To(BeTrue(), "a failing warm-up is a Warning event")
+}
+
+// fakeLogs is a fake LogReader: envtest runs no kubelet to serve logs.
+type fakeLogs map[string]string
+
+func (f fakeLogs) LastLine(_ context.Context, _, pod, _ string) (string, error) { return f[pod], nil }
+
+func TestCrashLoopWithoutAMessageReadsTheLog(t *testing.T) {
+	crashed := func(message string) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{
+			Name: EngineContainerName, RestartCount: 3,
+			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", Message: message}},
+		}}}}
+	}
+	withMessage := crashed("Traceback: CUDA out of memory")
+	if v := observePod(&withMessage, ""); v.EngineLogWanted {
+		t.Error("the log is read although the exit left a message")
+	}
+	silent := crashed("")
+	r := &Reconciler{Logs: fakeLogs{"p": `E1203 main.go:44] "failed to read configuration" err="unknown flag: --bad"`}}
+	s := &scope{obj: sampleInference(), obs: observation{pods: []podView{observePod(&silent, "")}}}
+	s.obs.pods[0].Current = true
+	r.readCrashLogs(context.Background(), s)
+	if got := s.obs.pods[0].EngineCrashLoop; !strings.Contains(got, "last exit code 0 (Completed); last log line: E1203") || !strings.Contains(got, "unknown flag: --bad") {
+		t.Errorf("EngineCrashLoop = %q", got)
+	}
 }
