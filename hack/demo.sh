@@ -36,9 +36,20 @@ echo "==> Building the operator and the cluster command"
 go build -o bin/manager ./cmd/manager
 go build -o bin/localcluster ./cmd/localcluster
 
+# One real node whose pods run for real, with an object store its sample loads
+# from, where the host can run one (root, cgroup v1); simulated nodes only where not.
+nodes=config/localcluster/nodepool.yaml
+store_flags=()
+if bin/localcluster check-real-node; then
+	nodes=config/localcluster/demo-nodepool.yaml
+	store_flags=(--object-store-model-bytes $((256 << 20)))
+else
+	echo "==> No real node on this host (see above): the demo runs on simulated nodes only"
+fi
+
 echo "==> Starting the local cluster (the first run builds Kubernetes from source: ~20 minutes on 2 cores)"
-bin/localcluster up --state-dir "$state_dir" --nodes config/localcluster/nodepool.yaml
-KUBECONFIG=$(bin/localcluster kubeconfig --state-dir "$state_dir")
+bin/localcluster up --state-dir "$state_dir" --nodes "$nodes" "${store_flags[@]}"
+eval "$(bin/localcluster env --state-dir "$state_dir")"
 export KUBECONFIG
 PATH="$(hack/tools/build.sh cluster):$PATH"
 
@@ -48,14 +59,25 @@ kubectl wait --for=condition=Established crd/aiinferences.serving.aiinference.io
 
 echo "==> Starting the operator (log: $operator_log)"
 stop_operator
+# The loader image built here runs on the real node; simulated nodes run no image.
 nohup "$root/bin/manager" --metrics-bind-address=0 --health-probe-bind-address=127.0.0.1:0 \
-	--loader-image=ghcr.io/aiinference/model-loader:v0.1.0 >>"$operator_log" 2>&1 &
+	--loader-image="${IMAGE_MODEL_LOADER:-localcluster.local/model-loader:not-built}" >>"$operator_log" 2>&1 &
 echo $! >"$operator_pid_file"
 
 echo "==> Applying the samples in namespace $namespace"
 kubectl create namespace "$namespace" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 kubectl apply -f config/localcluster/demo-volume.yaml >/dev/null
 kubectl apply -n "$namespace" -k config/samples
+if [ -n "${OBJECT_STORE_ENDPOINT:-}" ]; then
+	kubectl create secret generic model-store-credentials -n "$namespace" --dry-run=client -o yaml \
+		--from-literal=AWS_ACCESS_KEY_ID="$OBJECT_STORE_AWS_ACCESS_KEY_ID" \
+		--from-literal=AWS_SECRET_ACCESS_KEY="$OBJECT_STORE_AWS_SECRET_ACCESS_KEY" | kubectl apply -f - >/dev/null
+	sample=$(cat config/localcluster/demo-real-node.yaml)
+	for var in OBJECT_STORE_MODEL_BYTES OBJECT_STORE_BUCKET OBJECT_STORE_MODEL_PREFIX OBJECT_STORE_ENDPOINT IMAGE_LLM_D_INFERENCE_SIM; do
+		sample=${sample//"\${$var}"/${!var}}
+	done
+	echo "$sample" | kubectl apply -n "$namespace" -f -
+fi
 
 echo "==> Watching them (kubectl get aii -n $namespace)"
 last=""
@@ -78,6 +100,16 @@ while :; do
 done
 kubectl get aii -n "$namespace" -o wide
 kubectl get pods -n "$namespace" -o wide
+if [ -n "${OBJECT_STORE_ENDPOINT:-}" ]; then
+	echo
+	echo "==> tiny-real ran for real on the real node: its load, and a completion through its pod"
+	kubectl get aii tiny-real -n "$namespace" -o jsonpath='{.status.conditions[?(@.type=="ModelLoaded")].message}{"\n"}'
+	pod_ip=$(kubectl get pods -n "$namespace" -l serving.aiinference.io/inference=tiny-real \
+		-o jsonpath='{.items[?(@.status.phase=="Running")].status.podIP}' | cut -d' ' -f1)
+	curl -sS --max-time 10 "http://$pod_ip:8000/v1/completions" -H 'Content-Type: application/json' \
+		-d '{"model": "tiny-llama", "prompt": "Hello", "max_tokens": 8}'
+	echo
+fi
 
 cat <<MSG
 

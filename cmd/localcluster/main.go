@@ -7,6 +7,8 @@
 //	localcluster down [--state-dir DIR]                 stop it and remove its files
 //	localcluster status [--state-dir DIR]               show it; exit 1 if not running
 //	localcluster kubeconfig [--state-dir DIR]           print the kubeconfig path
+//	localcluster env [--state-dir DIR]                  print shell variables for scripts
+//	localcluster check-real-node                        exit 1 (and say why) if no real node can run here
 //
 // Run it from the repository: the binaries are built by hack/tools/build.sh.
 package main
@@ -18,8 +20,10 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
+	"github.com/aiinference/operator/internal/loadspec"
 	"github.com/aiinference/operator/internal/localcluster"
 )
 
@@ -32,6 +36,11 @@ Commands:
   down        stop the cluster and remove its files (succeeds if nothing runs)
   status      show the cluster's processes and readiness; exit status 1 if not running
   kubeconfig  print the path of the admin kubeconfig; exit status 1 if not running
+  check-real-node
+              exit status 0 if this host can run real nodes, else say why and exit 1
+  env         print shell variables: KUBECONFIG, the real nodes' image references
+              (IMAGE_MODEL_LOADER, IMAGE_LLM_D_INFERENCE_SIM, ...) and the object
+              store (OBJECT_STORE_ENDPOINT, _BUCKET, _MODEL_PREFIX, _MODEL_BYTES)
 
 Flags:
 `
@@ -76,7 +85,7 @@ func run(args []string) error {
 	switch command {
 	case "up":
 		s, err := localcluster.Up(ctx, localcluster.UpOptions{StateDir: f.stateDir, NodesFile: f.nodes,
-			KubeletDelayScale: f.kubeletDelayScale, Out: os.Stderr})
+			KubeletDelayScale: f.kubeletDelayScale, ObjectStoreModelBytes: f.objectStoreModelBytes, Out: os.Stderr})
 		if err != nil {
 			return err
 		}
@@ -89,6 +98,12 @@ func run(args []string) error {
 		return nil
 	case "down":
 		return localcluster.Down(f.stateDir, os.Stderr)
+	case "check-real-node":
+		if err := localcluster.CheckRealNodeHost(); err != nil {
+			fmt.Fprintln(os.Stderr, "This host cannot run a real node:", err)
+			return exitCode(1)
+		}
+		return nil
 	case "status":
 		ok, err := localcluster.Status(ctx, f.stateDir, os.Stdout)
 		if err != nil {
@@ -98,7 +113,7 @@ func run(args []string) error {
 			return exitCode(1)
 		}
 		return nil
-	case "kubeconfig":
+	case "kubeconfig", "env":
 		s, err := localcluster.ReadState(f.stateDir)
 		if err != nil {
 			return err
@@ -107,13 +122,18 @@ func run(args []string) error {
 			fmt.Fprintln(os.Stderr, "The local cluster is not running: start it with make cluster-up")
 			return exitCode(1)
 		}
-		fmt.Println(s.Kubeconfig)
+		if command == "kubeconfig" {
+			fmt.Println(s.Kubeconfig)
+			return nil
+		}
+		printEnv(s)
 		return nil
 	case "supervise":
 		return localcluster.RunSupervisor(localcluster.SupervisorOptions{
 			StateDir: f.stateDir, BinDir: f.binDir, KwokStageDir: f.stageDir, NodesFile: f.nodes,
 			RealNodes:         localcluster.RealNodeOptions{BinDir: f.realNodeBinDir, ImageDir: f.imageDir},
 			KubeletDelayScale: f.kubeletDelayScale,
+			ObjectStore:       objectStoreOptions(f),
 		})
 	default:
 		fmt.Fprint(os.Stderr, usage)
@@ -122,14 +142,41 @@ func run(args []string) error {
 }
 
 type flags struct {
-	stateDir, nodes   string
-	kubeletDelayScale float64
+	stateDir, nodes       string
+	kubeletDelayScale     float64
+	objectStoreModelBytes int64
 	// Set by up for the detached supervisor only.
-	binDir, stageDir, realNodeBinDir, imageDir string
+	binDir, stageDir, realNodeBinDir, imageDir, objectStoreBinDir string
 }
 
+func objectStoreOptions(f *flags) *localcluster.ObjectStoreOptions {
+	if f.objectStoreModelBytes <= 0 {
+		return nil
+	}
+	return &localcluster.ObjectStoreOptions{ModelBytes: f.objectStoreModelBytes, BinDir: f.objectStoreBinDir}
+}
+
+// printEnv prints the cluster's facts as shell variable assignments.
+func printEnv(s *localcluster.State) {
+	fmt.Printf("KUBECONFIG=%s\n", shellQuote(s.Kubeconfig))
+	for _, image := range s.Images {
+		name := strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(image.Name))
+		fmt.Printf("IMAGE_%s=%s\n", name, shellQuote(image.Ref))
+	}
+	if o := s.ObjectStore; o != nil {
+		fmt.Printf("OBJECT_STORE_ENDPOINT=%s\nOBJECT_STORE_BUCKET=%s\nOBJECT_STORE_MODEL_PREFIX=%s\nOBJECT_STORE_MODEL_BYTES=%d\n",
+			shellQuote(o.Endpoint), shellQuote(o.Bucket), shellQuote(o.ModelPrefix), o.ModelBytes)
+		secret := o.CredentialsSecret("")
+		for _, key := range []string{loadspec.EnvAccessKeyID, loadspec.EnvSecretAccessKey} {
+			fmt.Printf("OBJECT_STORE_%s=%s\n", key, shellQuote(secret.StringData[key]))
+		}
+	}
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
 // internalFlags are left out of the usage text.
-var internalFlags = map[string]bool{"bin-dir": true, "kwok-stage-dir": true, "real-node-bin-dir": true, "image-dir": true}
+var internalFlags = map[string]bool{"bin-dir": true, "kwok-stage-dir": true, "real-node-bin-dir": true, "image-dir": true, "object-store-bin-dir": true}
 
 func newFlags(command string) (*flag.FlagSet, *flags) {
 	f := &flags{}
@@ -137,7 +184,9 @@ func newFlags(command string) (*flag.FlagSet, *flags) {
 	fs.StringVar(&f.stateDir, "state-dir", localcluster.DefaultStateDir(), "folder that holds the running cluster's state, logs and kubeconfig")
 	fs.StringVar(&f.nodes, "nodes", "", "node pool description (YAML) for up; default: the built-in pool, as in config/localcluster/nodepool.yaml")
 	fs.Float64Var(&f.kubeletDelayScale, "kubelet-delay-scale", 1, "for up: multiplies the simulated kubelets' delays (1-5 s per step of a pod's start, a crash-loop back-off from 10 s to 5 min); 0.1 is ten times faster")
+	fs.Int64Var(&f.objectStoreModelBytes, "object-store-model-bytes", 0, "for up: start an S3-compatible store (versitygw) on the host's address, seeded with a model of this many bytes; 0: none")
 	fs.StringVar(&f.binDir, "bin-dir", "", "")
+	fs.StringVar(&f.objectStoreBinDir, "object-store-bin-dir", "", "")
 	fs.StringVar(&f.stageDir, "kwok-stage-dir", "", "")
 	fs.StringVar(&f.realNodeBinDir, "real-node-bin-dir", "", "")
 	fs.StringVar(&f.imageDir, "image-dir", "", "")

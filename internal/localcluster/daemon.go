@@ -52,7 +52,11 @@ type State struct {
 	// RealNodeHost is what the real nodes changed on the host, for down to undo
 	// when the supervisor could not.
 	RealNodeHost *RealNodeHost `json:"realNodeHost,omitempty"`
-	StartedAt    time.Time     `json:"startedAt"`
+	// Images are the image archives imported into the real nodes.
+	Images []ImageArchive `json:"images,omitempty"`
+	// ObjectStore is the cluster's object store, if it has one.
+	ObjectStore *ObjectStore `json:"objectStore,omitempty"`
+	StartedAt   time.Time    `json:"startedAt"`
 }
 
 // DefaultStateDir is where the command keeps a detached cluster:
@@ -127,6 +131,9 @@ type UpOptions struct {
 	NodesFile string
 	// KubeletDelayScale is Options.KubeletDelayScale.
 	KubeletDelayScale float64
+	// ObjectStoreModelBytes, when positive, starts an object store seeded with a
+	// model of that size (Options.ObjectStore).
+	ObjectStoreModelBytes int64
 	// RepoRoot is the repository checkout; empty: found from the working directory.
 	RepoRoot string
 	// Timeout bounds the wait for the cluster once the binaries are built. Zero: 5 minutes.
@@ -207,6 +214,14 @@ func Up(ctx context.Context, opts UpOptions) (*State, error) {
 	}
 	if real.BinDir != "" {
 		args = append(args, "--real-node-bin-dir", real.BinDir, "--image-dir", real.ImageDir)
+	}
+	if opts.ObjectStoreModelBytes > 0 {
+		store, err := prepareObjectStore(ctx, Options{RepoRoot: root, ObjectStore: &ObjectStoreOptions{}}, out)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "--object-store-model-bytes", strconv.FormatInt(opts.ObjectStoreModelBytes, 10),
+			"--object-store-bin-dir", store.BinDir)
 	}
 	logPath := filepath.Join(opts.StateDir, supervisorLogFile)
 	logFile, err := os.Create(logPath)
@@ -320,6 +335,8 @@ type SupervisorOptions struct {
 	RealNodes    RealNodeOptions
 	// KubeletDelayScale is Options.KubeletDelayScale.
 	KubeletDelayScale float64
+	// ObjectStore is Options.ObjectStore.
+	ObjectStore *ObjectStoreOptions
 }
 
 // RunSupervisor runs a cluster until SIGTERM or SIGINT, recording it in the
@@ -350,6 +367,7 @@ func RunSupervisor(opts SupervisorOptions) error {
 		Dir:               filepath.Join(opts.StateDir, clusterSubdir),
 		Progress:          os.Stdout,
 		KubeletDelayScale: opts.KubeletDelayScale,
+		ObjectStore:       opts.ObjectStore,
 	})
 	if err != nil {
 		return err
@@ -363,6 +381,8 @@ func RunSupervisor(opts SupervisorOptions) error {
 	if host := c.RealNodeHost(); len(host.Nodes) > 0 {
 		state.RealNodeHost = &host
 	}
+	state.Images = c.Images()
+	state.ObjectStore = c.ObjectStore()
 	if err := writeState(opts.StateDir, state); err != nil {
 		return err
 	}

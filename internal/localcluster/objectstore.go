@@ -46,19 +46,20 @@ const (
 type ObjectStore struct {
 	// Endpoint is the store's URL at the host's address: pods on real nodes and
 	// the host reach it there.
-	Endpoint string
+	Endpoint string `json:"endpoint"`
 	// Bucket and ModelPrefix locate the seeded model; ModelFiles and ModelBytes
 	// describe it.
-	Bucket, ModelPrefix string
-	ModelFiles          int
-	ModelBytes          int64
+	Bucket      string `json:"bucket"`
+	ModelPrefix string `json:"modelPrefix"`
+	ModelFiles  int    `json:"modelFiles"`
+	ModelBytes  int64  `json:"modelBytes"`
 	// Root is the folder behind the store (a bucket is a sub-folder): tests corrupt
 	// an object by writing there, behind the store's back, as a failing disk would.
-	Root string
+	Root string `json:"root"`
 	// AccessLog is the store's S3 access log, one line per request.
-	AccessLog string
+	AccessLog string `json:"accessLog"`
 	// Client is an S3 client with the store's root credentials.
-	Client *s3.Client
+	Client *s3.Client `json:"-"`
 }
 
 // ObjectStore is the cluster's store, nil unless Options.ObjectStore asked for one.
@@ -93,8 +94,8 @@ func (s *ObjectStore) ObjectGets(bucket, prefix string) (int, error) {
 	scanner.Buffer(make([]byte, 64<<10), 1<<20)
 	for scanner.Scan() {
 		line := scanner.Text()
-		// S3 server access log: ... REST.GET.OBJECT key "GET /bucket/key HTTP/1.1" ...
-		if strings.Contains(line, "REST.GET.OBJECT") && strings.Contains(line, " /"+bucket+"/"+prefix) {
+		// versitygw's access log: ... s3_GetObject KEY /BUCKET/KEY?QUERY STATUS ...
+		if strings.Contains(line, " s3_GetObject ") && strings.Contains(line, " /"+bucket+"/"+prefix) {
 			n++
 		}
 	}
