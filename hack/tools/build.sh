@@ -85,14 +85,25 @@ cluster() {
 s3() { build versitygw github.com/versity/versitygw github.com/versity/versitygw/cmd/versitygw versitygw; }
 rclone() { build rclone github.com/rclone/rclone github.com/rclone/rclone rclone; }
 
+# apt_install WHAT PACKAGE...: install Debian packages that WHAT needs (as root).
+apt_install() {
+	local what=$1
+	shift
+	[ "$(id -u)" = 0 ] || { echo "build.sh: $what needs $* (apt-get install $*, as root)" >&2; exit 1; }
+	echo "Installing $* for $what" >&2
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get install -y -qq "$@" >&2 || { apt-get update -qq >&2 && apt-get install -y -qq "$@" >&2; }
+}
+
 # need_libseccomp: runc's seccomp support links libseccomp through pkg-config.
 need_libseccomp() {
-	pkg-config --exists libseccomp 2>/dev/null && return
-	[ "$(id -u)" = 0 ] || { echo "build.sh: runc needs libseccomp-dev and pkg-config (apt-get install libseccomp-dev pkg-config, as root)" >&2; exit 1; }
-	echo "Installing libseccomp-dev and pkg-config for runc" >&2
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get install -y -qq libseccomp-dev pkg-config >&2 ||
-		{ apt-get update -qq >&2 && apt-get install -y -qq libseccomp-dev pkg-config >&2; }
+	pkg-config --exists libseccomp 2>/dev/null || apt_install runc libseccomp-dev pkg-config
+}
+
+# need_iptables: kube-proxy writes the real nodes' Service rules with iptables;
+# their teardown deletes the tables iptables-nft made with nft.
+need_iptables() {
+	{ command -v iptables-restore && command -v nft; } >/dev/null || apt_install kube-proxy iptables nftables
 }
 
 node() {
@@ -103,6 +114,7 @@ node() {
 			-ldflags "-X github.com/containerd/containerd/v2/version.Version=${containerd_version#v}")
 	done
 	need_libseccomp
+	need_iptables
 	runc=$(cgo=1 build runc github.com/opencontainers/runc github.com/opencontainers/runc runc -tags "seccomp urfave_cli_no_docs")
 	for plugin in main/bridge main/loopback ipam/host-local meta/portmap; do
 		cni=$(build cni github.com/containernetworking/plugins "github.com/containernetworking/plugins/plugins/$plugin" "$(basename "$plugin")")

@@ -33,8 +33,8 @@ import (
 )
 
 const (
-	// serviceClusterIPRange is the range of Service cluster IPs. Nothing routes
-	// them (there is no kube-proxy): they are only data in the API.
+	// serviceClusterIPRange is the range of Service cluster IPs. Only the
+	// kube-proxy of real nodes routes them (kubeproxy.go); else they are data.
 	serviceClusterIPRange = "10.96.0.0/16"
 	serviceClusterIP      = "10.96.0.1" // the kubernetes Service
 	// podCIDR is where kwok takes pod IPs from; like cluster IPs they are only data.

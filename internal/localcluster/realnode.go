@@ -87,7 +87,7 @@ func BuildRealNodeBinaries(ctx context.Context, repoRoot string, progress io.Wri
 // checkRealNodeBinaries reports a missing binary in dir.
 func checkRealNodeBinaries(dir string) error {
 	var errs []error
-	bins := []string{kubeletBinary, containerdBinary, shimBinary, ctrBinary, runcBinary}
+	bins := []string{kubeletBinary, kubeProxyBinary, containerdBinary, shimBinary, ctrBinary, runcBinary}
 	for _, p := range cniPlugins {
 		bins = append(bins, filepath.Join(cniSubdir, p))
 	}
@@ -176,6 +176,8 @@ type realNodes struct {
 	// host is guarded by Cluster.mu; its SysctlsBefore is nil until the first
 	// real node starts.
 	host RealNodeHost
+	// kubeProxy is guarded by Cluster.mu.
+	kubeProxy kubeProxyState
 }
 
 // RealNodeHost is what the real nodes of a cluster changed on the host. Stop
@@ -190,6 +192,8 @@ type RealNodeHost struct {
 	// HostDirsBefore tells which host folders that the kubelet and libcni share
 	// existed then.
 	HostDirsBefore map[string]bool `json:"hostDirsBefore"`
+	// KubeProxy is set once the cluster's kube-proxy is about to start.
+	KubeProxy *KubeProxyHost `json:"kubeProxy,omitempty"`
 }
 
 // RealNodes describes the real nodes of the cluster, in start order.
@@ -372,7 +376,7 @@ func (c *Cluster) startRealNode(ctx context.Context, pool NodePool, index int, s
 
 	// The kubelet, with a credential of its own.
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := c.writeNodeKubeconfig(kubeconfig, name); err != nil {
+	if err := c.writeClientKubeconfig(kubeconfig, "system:node:"+name, "system:nodes"); err != nil {
 		return err
 	}
 	nodeIP, err := defaultRouteIPv4()
@@ -431,7 +435,7 @@ func (c *Cluster) startRealNode(ctx context.Context, pool NodePool, index int, s
 			return err
 		}
 	}
-	return nil
+	return c.startKubeProxy(ctx, node)
 }
 
 // runtimeCgroup is where containerd runs, and the shims it starts.
@@ -618,12 +622,13 @@ func nodeLabelsFlag(pool NodePool, index int) string {
 	return strings.Join(labels, ",")
 }
 
-// writeNodeKubeconfig writes the kubeconfig of node name: a client certificate
-// for user system:node:NAME in group system:nodes, signed by the cluster CA,
-// which the API server's Node authorizer and NodeRestriction admission check.
-func (c *Cluster) writeNodeKubeconfig(path, name string) error {
+// writeClientKubeconfig writes a kubeconfig whose client certificate, signed
+// by the cluster CA, names user commonName in group (none if empty). A node's
+// user is system:node:NAME in group system:nodes, which the API server's Node
+// authorizer and NodeRestriction admission check.
+func (c *Cluster) writeClientKubeconfig(path, commonName, group string) error {
 	pkiDir := filepath.Join(c.dir, "pki")
-	certPEM, keyPEM, err := signClientCert(pkiDir, "system:node:"+name, "system:nodes")
+	certPEM, keyPEM, err := signClientCert(pkiDir, commonName, group)
 	if err != nil {
 		return err
 	}
@@ -656,7 +661,8 @@ func writeKubeletClientCert(pkiDir string) (certFile, keyFile string, err error)
 }
 
 // signClientCert returns a new key and a client certificate for user
-// commonName in group, signed by the cluster CA in pkiDir, both PEM encoded.
+// commonName in group (none if empty), signed by the cluster CA in pkiDir,
+// both PEM encoded.
 func signClientCert(pkiDir, commonName, group string) (certPEM, keyPEM []byte, err error) {
 	caCertPEM, err := os.ReadFile(filepath.Join(pkiDir, "ca.crt"))
 	if err != nil {
@@ -683,10 +689,14 @@ func signClientCert(pkiDir, commonName, group string) (certPEM, keyPEM []byte, e
 	if err != nil {
 		return nil, nil, err
 	}
+	subject := pkix.Name{CommonName: commonName}
+	if group != "" {
+		subject.Organization = []string{group}
+	}
 	now := time.Now()
 	template := &x509.Certificate{
 		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: commonName, Organization: []string{group}},
+		Subject:      subject,
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.AddDate(1, 0, 0),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
@@ -706,20 +716,25 @@ func signClientCert(pkiDir, commonName, group string) (certPEM, keyPEM []byte, e
 
 // tearDownRealNodes undoes what the real nodes left once their kubelet and
 // containerd have been stopped: the processes in their cgroups (containers and
-// shims), their mounts, bridges, cgroups and shim socket folders, the host
+// shims), their mounts, bridges, cgroups and shim socket folders, kube-proxy's
+// chains (then the cluster releases the host's kube-proxy lock), the host
 // sysctls, and their files in the host folders the kubelet and libcni share.
 // It returns an error if anything is left; then the cluster folder must stay,
 // as something may still be mounted in it. Stop calls it with c.mu held, after
-// ending the nodes' kubelets and containerds.
+// ending the nodes' kubelets, containerds and kube-proxy.
 func (c *Cluster) tearDownRealNodes() error {
 	err := TearDownRealNodeHost(c.real.host, c.progress)
 	c.real.host.Nodes = nil
+	if c.real.kubeProxy.lock != nil {
+		c.real.kubeProxy.lock.Close()
+		c.real.kubeProxy.lock = nil
+	}
 	return err
 }
 
 // TearDownRealNodeHost undoes what the real nodes of h changed on the host,
-// once their kubelets and containerds are gone; see tearDownRealNodes. Doing it
-// again does no harm. progress may be nil.
+// once their kubelets, containerds and kube-proxy are gone; see
+// tearDownRealNodes. Doing it again does no harm. progress may be nil.
 func TearDownRealNodeHost(h RealNodeHost, progress io.Writer) error {
 	if len(h.Nodes) == 0 {
 		return nil
@@ -747,7 +762,7 @@ func TearDownRealNodeHost(h RealNodeHost, progress io.Writer) error {
 			errs = append(errs, fmt.Errorf("still mounted: %v", mounts))
 		}
 	}
-	errs = append(errs, writeSysctls(h.SysctlsBefore), cleanSharedHostDirs(h.ClusterDir, h.HostDirsBefore))
+	errs = append(errs, tearDownKubeProxy(h.KubeProxy, progress), writeSysctls(h.SysctlsBefore), cleanSharedHostDirs(h.ClusterDir, h.HostDirsBefore))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("tearing down the real nodes: %w", err)
 	}

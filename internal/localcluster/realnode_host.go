@@ -48,7 +48,7 @@ func CheckRealNodeHost() error {
 	if !strings.Contains(string(filesystems), "\toverlay\n") {
 		return errors.New("real nodes need the overlay filesystem (containerd's snapshotter): modprobe overlay")
 	}
-	return nil
+	return checkIPTables()
 }
 
 // cgroupHierarchies lists the mount points of the cgroup hierarchies under
@@ -348,7 +348,8 @@ func bridgeIoctl(fd int, request uintptr, name string) error {
 
 // hostSysctls are the host settings a real node changes: the kubelet sets the
 // first six at start (its kernel tunables), the bridge CNI plugin turns on IP
-// forwarding. Teardown puts back the values from before.
+// forwarding. kube-proxy would set the rest with its default settings (its
+// configuration turns that off). Teardown puts back the values from before.
 var hostSysctls = []string{
 	"vm/overcommit_memory",
 	"vm/panic_on_oom",
@@ -357,13 +358,21 @@ var hostSysctls = []string{
 	"kernel/keys/root_maxkeys",
 	"kernel/keys/root_maxbytes",
 	"net/ipv4/ip_forward",
+	"net/ipv4/conf/all/route_localnet",
+	"net/netfilter/nf_conntrack_max",
+	"net/netfilter/nf_conntrack_tcp_timeout_established",
+	"net/netfilter/nf_conntrack_tcp_timeout_close_wait",
 }
 
-// readSysctls reads the hostSysctls from /proc/sys.
+// readSysctls reads the hostSysctls from /proc/sys, but for those this
+// host's kernel does not have (conntrack's, while its module is not loaded).
 func readSysctls() (map[string]string, error) {
 	values := map[string]string{}
 	for _, key := range hostSysctls {
 		data, err := os.ReadFile(filepath.Join("/proc/sys", key))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}

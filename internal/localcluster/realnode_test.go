@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,9 +30,10 @@ const RealNodeTestEnv = "LOCALCLUSTER_REAL_NODE"
 // TestRealNode starts a cluster with a real node beside a kwok node, runs a
 // Deployment there whose init container (the model loader) writes into an
 // emptyDir and whose engine (llm-d-inference-sim) passes a readiness probe, calls
-// the engine from the host at the pod's IP, reads its log through the API
-// server, adds a second real node, and checks
-// that Stop leaves nothing behind on the host.
+// the engine from the host at the pod's IP and through a Service's ClusterIP
+// (which never sends to a pod that is not ready), reads its log through the
+// API server, adds a second real node, and checks that Stop leaves nothing
+// behind on the host.
 func TestRealNode(t *testing.T) {
 	if os.Getenv(RealNodeTestEnv) != "1" {
 		t.Skip("set " + RealNodeTestEnv + "=1 to run a real node on this host (root, cgroup v1)")
@@ -46,6 +48,10 @@ func TestRealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	hostDirsBefore := existingHostDirs()
+	netfilterBefore, err := hostNetfilterState()
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// The binaries and images first, so that the start time below is the cluster's.
 	root, err := FindRepoRoot(".")
@@ -147,6 +153,8 @@ func TestRealNode(t *testing.T) {
 		t.Fatalf("the engine's log through the API server: %v: %s", err, logs)
 	}
 
+	testServiceTraffic(ctx, t, c, deployment, port)
+
 	// A second real node, added to the running cluster: its own subnet and bridge.
 	added, err := c.AddNodes(ctx, NodePool{Name: "real-a100", Count: 1, Real: true, GPUProduct: GPUProductA100, GPUCount: 8})
 	if err != nil {
@@ -164,9 +172,104 @@ func TestRealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("Cluster with two real nodes stopped and torn down in %s", time.Since(stopping).Round(100*time.Millisecond))
-	for _, problem := range realNodeLeftovers(procs, nodes, c.Dir(), sysctlsBefore, hostDirsBefore) {
+	// Another cluster's kube-proxy could write its rules meanwhile.
+	lock, err := takeKubeProxyLock(ctx, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	for _, problem := range realNodeLeftovers(procs, nodes, c.Dir(), sysctlsBefore, hostDirsBefore, netfilterBefore) {
 		t.Error(problem)
 	}
+}
+
+// testServiceTraffic creates a ClusterIP Service for the Deployment's pods
+// and calls the engine through it from the host, then adds a pod the Service
+// selects that serves another model and never gets ready: 20 calls through
+// the ClusterIP (each on a new connection) all reach the ready pod. A second
+// Service that publishes pods that are not ready shows that the other pod
+// answers through a ClusterIP too, once kube-proxy knows of it.
+func testServiceTraffic(ctx context.Context, t *testing.T, c *Cluster, deployment *appsv1.Deployment, port int32) {
+	t.Helper()
+	waiting := time.Now()
+	if err := c.WaitKubeProxy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(waiting); waited > time.Second {
+		t.Logf("Waited %s for kube-proxy: another local cluster on this host ran one", waited.Round(100*time.Millisecond))
+	}
+	const unreadyModel = "unready-model"
+	services := map[string]string{} // name: /v1/models at its ClusterIP
+	for _, name := range []string{"sim", "sim-all"} {
+		svc, err := c.Client().CoreV1().Services(metav1.NamespaceDefault).Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.ServiceSpec{
+				Selector:                 deployment.Spec.Selector.MatchLabels,
+				Ports:                    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}},
+				PublishNotReadyAddresses: name == "sim-all",
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		services[name] = "http://" + net.JoinHostPort(svc.Spec.ClusterIP, "80") + "/v1/models"
+	}
+	begin := time.Now()
+	if models := getModels(t, services["sim"]); !strings.Contains(models, `"sim-model"`) {
+		t.Fatalf("/v1/models through the ClusterIP = %s, want the served model sim-model", models)
+	}
+	t.Logf("The engine answered through the Service's ClusterIP %s after the Service was created", time.Since(begin).Round(100*time.Millisecond))
+
+	unready := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "sim-unready", Namespace: metav1.NamespaceDefault, Labels: deployment.Spec.Template.Labels},
+		Spec:       *deployment.Spec.Template.Spec.DeepCopy(),
+	}
+	engine := &unready.Spec.Containers[0]
+	engine.Args = []string{"--port=" + strconv.Itoa(int(port)), "--model=" + unreadyModel, "--served-model-name=" + unreadyModel, "--force-dummy-tokenizer"}
+	engine.ReadinessProbe.HTTPGet.Path = "/never-ready" // 404
+	if _, err := c.Client().CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, unready, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.poll(ctx, "pod sim-unready to run", func(ctx context.Context) (bool, error) {
+		p, err := c.Client().CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, unready.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		unready = p
+		running := len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Running != nil
+		return running && p.Status.PodIP != "", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// It would answer, were it asked.
+	if models := getModels(t, "http://"+net.JoinHostPort(unready.Status.PodIP, strconv.Itoa(int(port)))+"/v1/models"); !strings.Contains(models, unreadyModel) {
+		t.Fatalf("/v1/models of pod sim-unready = %s, want %s", models, unreadyModel)
+	}
+	// kube-proxy writes the new endpoint within a second or two.
+	calls, deadline := 0, time.Now().Add(20*time.Second)
+	for ; !strings.Contains(getModels(t, services["sim-all"]), unreadyModel); calls++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls in 20s through Service sim-all, which publishes pods that are not ready, never reached pod sim-unready", calls)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if p, err := c.Client().CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, unready.Name, metav1.GetOptions{}); err != nil || podReady(p) {
+		t.Fatalf("pod sim-unready: %v, ready %t; want it running and not ready", err, err == nil && podReady(p))
+	}
+	for i := range 20 {
+		if models := getModels(t, services["sim"]); !strings.Contains(models, `"sim-model"`) {
+			t.Fatalf("call %d through the ClusterIP of Service sim answered %s: it reached a pod that is not ready", i+1, models)
+		}
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // simDeployment runs llm-d-inference-sim after a model loader init container
@@ -215,10 +318,11 @@ func simDeployment(loaderImage, engineImage string, port int32) *appsv1.Deployme
 	}
 }
 
-// getModels GETs url, the engine's model list, a few times at most.
+// getModels GETs url, the engine's model list, a few times at most, each on
+// a new connection (so each call through a ClusterIP picks an endpoint).
 func getModels(t *testing.T, url string) string {
 	t.Helper()
-	client := &http.Client{Timeout: 5 * time.Second}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	var lastErr error
 	for range 5 {
 		resp, err := client.Get(url)
@@ -239,9 +343,10 @@ func getModels(t *testing.T, url string) string {
 
 // realNodeLeftovers lists what a stopped cluster with real nodes left on the
 // host: processes, anything mounted under the cluster's folder, the folder
-// itself, bridges, cgroups, shim socket folders, changed sysctls, and files or
-// new folders in the host folders the kubelet and libcni share.
-func realNodeLeftovers(procs []Process, nodes []RealNode, clusterDir string, sysctlsBefore map[string]string, hostDirsBefore map[string]bool) []string {
+// itself, bridges, cgroups, shim socket folders, changed sysctls, files or
+// new folders in the host folders the kubelet and libcni share, and
+// iptables and nfacct objects that were not in netfilterBefore.
+func realNodeLeftovers(procs []Process, nodes []RealNode, clusterDir string, sysctlsBefore map[string]string, hostDirsBefore map[string]bool, netfilterBefore []string) []string {
 	var problems []string
 	for _, p := range procs {
 		if processIs(p.PID, p.Name) {
@@ -292,6 +397,15 @@ func realNodeLeftovers(procs []Process, nodes []RealNode, clusterDir string, sys
 			problems = append(problems, fmt.Sprintf("sysctl %s is %s, was %s", key, after[key], before))
 		}
 	}
+	netfilterAfter, err := hostNetfilterState()
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	for _, line := range netfilterAfter {
+		if !slices.Contains(netfilterBefore, line) {
+			problems = append(problems, "left behind: "+line)
+		}
+	}
 	for dir, existed := range existingHostDirs() {
 		if existed && !hostDirsBefore[dir] {
 			problems = append(problems, "host folder "+dir+" was created and is still there")
@@ -311,13 +425,36 @@ func realNodeLeftovers(procs []Process, nodes []RealNode, clusterDir string, sys
 	return problems
 }
 
+// hostNetfilterState lists the tables, chains and rules (without counters)
+// of the host's iptables of both families, and the nfacct counters of
+// kube-proxy that exist: what a kube-proxy adds.
+func hostNetfilterState() ([]string, error) {
+	tables, err := hostTables()
+	var lines []string
+	for _, t := range tables {
+		for _, c := range t.chains {
+			lines = append(lines, t.id()+" :"+c.name+" "+c.policy)
+		}
+		for _, rule := range t.rules {
+			lines = append(lines, t.id()+" "+rule)
+		}
+	}
+	for _, counter := range existingCounters() {
+		lines = append(lines, "nfacct counter "+counter)
+	}
+	return lines, err
+}
+
 // dumpRealNodeLogs logs the end of every real node's kubelet and containerd
 // logs, and the pods' states, for a failed test.
 func dumpRealNodeLogs(t *testing.T, c *Cluster) {
 	t.Helper()
 	for _, n := range c.RealNodes() {
-		for _, name := range []string{containerdBinary, kubeletBinary} {
+		for _, name := range []string{containerdBinary, kubeletBinary, kubeProxyBinary} {
 			path := filepath.Join(c.LogsDir(), n.Name, name+".log")
+			if _, err := os.Stat(path); err != nil {
+				continue // kube-proxy runs on one node only
+			}
 			t.Logf("--- end of %s ---\n%s", path, tail(path, 40))
 		}
 	}
