@@ -148,27 +148,44 @@ func TestLoaderFailureRetriesThenFailsThenRecovers(t *testing.T) {
 	localcluster.InitContainerFailure{Container: aiinference.LoaderContainerName, ExitCode: 10, Reason: "Error", Message: "connection reset by peer"}.Apply(&failing)
 	obj.Spec.PodMetadata = &servingv1.PodMetadata{Labels: failing.Labels, Annotations: failing.Annotations}
 	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
+	// Fixing the spec (here: the pods no longer fail) recovers without other help.
+	retriedInPlaceThenFixed(t, g, obj, func(o *servingv1.AIInference) { o.Spec.PodMetadata = nil }, readyTimeout)
+}
 
-	waitFor(t, g, obj, 2*readyTimeout, func(g Gomega, got *servingv1.AIInference) {
+// retriedInPlaceThenFixed is what a kubelet (simulated or real) and the operator
+// do with an object whose loads keep failing with a retryable error: the kubelet
+// restarts the loader in place, every run counts, past loading.maxRetries the
+// object is Failed and stays so, counting nothing more; fixing the spec brings it
+// to Ready with a fresh budget.
+func retriedInPlaceThenFixed(t *testing.T, g *WithT, obj *servingv1.AIInference, fix func(*servingv1.AIInference), timeout time.Duration) {
+	t.Helper()
+	bound := *obj.Spec.Loading.MaxRetries + 1
+	waitFor(t, g, obj, 2*timeout, func(g Gomega, got *servingv1.AIInference) {
 		g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseFailed))
 		g.Expect(readyReason(got)).To(Equal(servingv1.ReasonRetriesExhausted))
 		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, servingv1.ConditionStalled)).To(BeTrue())
-		g.Expect(got.Status.LoadRetries).To(Equal(int32(3)))
+		g.Expect(got.Status.LoadRetries).To(Equal(bound))
 		g.Expect(got.Status.LastFailure).NotTo(BeNil())
-		g.Expect(got.Status.LastFailure.ExitCode).To(Equal(int32(10)))
+		g.Expect(got.Status.LastFailure.Retryable).To(BeTrue())
+		g.Expect(got.Status.LastFailure.Retried).To(BeFalse())
 	})
-	// The kubelet goes on restarting the loader in place; the object stays Failed
-	// and counts nothing more.
+	// One pod, restarted in place: the kubelet, not the operator, ran the retries.
+	pods := &corev1.PodList{}
+	g.Expect(k8s.List(context.Background(), pods, client.InNamespace(obj.Namespace),
+		client.MatchingLabels{aiinference.LabelInference: obj.Name})).To(Succeed())
+	g.Expect(pods.Items).To(HaveLen(1))
+	g.Expect(loaderRestarts(g, obj)).To(BeNumerically(">=", bound-1))
+	// The kubelet goes on restarting the loader; the object stays Failed and
+	// counts nothing more.
 	g.Consistently(func(g Gomega) {
 		got := &servingv1.AIInference{}
 		g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), got)).To(Succeed())
 		g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseFailed))
-		g.Expect(got.Status.LoadRetries).To(Equal(int32(3)))
+		g.Expect(got.Status.LoadRetries).To(Equal(bound))
 	}).WithTimeout(5 * time.Second).Should(Succeed())
 
-	// Fixing the spec (here: the pods no longer fail) recovers without other help.
-	update(g, obj, func(o *servingv1.AIInference) { o.Spec.PodMetadata = nil })
-	waitFor(t, g, obj, readyTimeout, beReady(1))
+	update(g, obj, fix)
+	waitFor(t, g, obj, timeout, beReady(1))
 	waitFor(t, g, obj, 10*time.Second, func(g Gomega, got *servingv1.AIInference) {
 		g.Expect(got.Status.LoadRetries).To(BeZero())
 		g.Expect(meta.FindStatusCondition(got.Status.Conditions, servingv1.ConditionStalled)).To(BeNil())

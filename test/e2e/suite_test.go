@@ -61,7 +61,19 @@ func run(m *testing.M) int {
 	started := time.Now()
 	// Simulated kubelets ten times faster than real ones: a pod starts in 0.4-2 s
 	// rather than 4-20 s, a crash loop backs off 1 s, 2 s, 4 s...
-	cluster, err = localcluster.Start(ctx, localcluster.Options{RepoRoot: root, Progress: os.Stderr, KubeletDelayScale: 0.1})
+	opts := localcluster.Options{RepoRoot: root, Progress: os.Stderr, KubeletDelayScale: 0.1}
+	if realNodeAsked() {
+		if err := localcluster.CheckRealNodeHost(); err != nil {
+			fmt.Fprintf(os.Stderr, "%s=1 asks for the real-node tests, and this host cannot run a real node: %v\n", realNodeEnv, err)
+			return 1
+		}
+		// One real node, with a GPU product no simulated node has, so that only the
+		// real-node tests land there; and a store its pods load from.
+		opts.NodePools = append(localcluster.DefaultNodePools(),
+			localcluster.NodePool{Name: "real", Count: 1, Real: true, GPUProduct: realGPUProduct, GPUCount: 4})
+		opts.ObjectStore = &localcluster.ObjectStoreOptions{ModelBytes: 48 << 20}
+	}
+	cluster, err = localcluster.Start(ctx, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the local cluster:", err)
 		return 1
@@ -91,7 +103,17 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "building the operator:", err)
 		return 1
 	}
-	op = &operatorProcess{bin: bin, kubeconfig: cluster.Kubeconfig(), logPath: filepath.Join(workDir, "operator.log")}
+	// Simulated kubelets run no image; real nodes run the loader built here.
+	loaderImage := "example.test/model-loader:e2e"
+	if realNodeAsked() {
+		image, err := localcluster.FindImage(cluster.Images(), localcluster.ModelLoaderImage)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		loaderImage = image.Ref
+	}
+	op = &operatorProcess{bin: bin, kubeconfig: cluster.Kubeconfig(), logPath: filepath.Join(workDir, "operator.log"), loaderImage: loaderImage}
 	if err := op.start(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -131,9 +153,9 @@ func installCRD(ctx context.Context, path string) error {
 // operatorProcess is the operator binary running against the local cluster, as a
 // user would run it with `make run`.
 type operatorProcess struct {
-	bin, kubeconfig, logPath string
-	cmd                      *exec.Cmd
-	logFile                  *os.File
+	bin, kubeconfig, logPath, loaderImage string
+	cmd                                   *exec.Cmd
+	logFile                               *os.File
 }
 
 func (o *operatorProcess) start() error {
@@ -147,7 +169,7 @@ func (o *operatorProcess) start() error {
 	}
 	cmd := exec.Command(o.bin, "--leader-elect", "--leader-election-namespace=default",
 		"--metrics-bind-address=0", fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", port),
-		"--loader-image=example.test/model-loader:e2e")
+		"--loader-image="+o.loaderImage)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+o.kubeconfig)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -233,7 +255,14 @@ func newNamespace(t *testing.T) string {
 // next test finds every GPU free.
 func deleteAll(t *testing.T, ns string) {
 	ctx := context.Background()
+	begin := time.Now()
+	defer func() { t.Logf("namespace %s emptied in %s", ns, time.Since(begin).Round(100*time.Millisecond)) }()
 	_ = k8s.DeleteAllOf(ctx, &servingv1.AIInference{}, client.InNamespace(ns))
+	// The garbage collector would remove the children, but only once it watches
+	// the CRD, which takes it up to 30 s (TestScaleRollAndDelete checks it does).
+	_ = k8s.DeleteAllOf(ctx, &appsv1.Deployment{}, client.InNamespace(ns), client.PropagationPolicy(metav1.DeletePropagationBackground))
+	_ = k8s.DeleteAllOf(ctx, &appsv1.ReplicaSet{}, client.InNamespace(ns), client.PropagationPolicy(metav1.DeletePropagationBackground))
+	_ = k8s.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns))
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
 		pods := &corev1.PodList{}

@@ -66,6 +66,8 @@ const (
 	cacheMountPath     = "/models"
 	sourceMountPath    = "/mnt/model-source"
 	probePeriodSeconds = 10
+	// startupPeriodSeconds is the startup probe's period.
+	startupPeriodSeconds = 2
 	// preStopSleepSeconds is how long a stopping engine keeps serving.
 	preStopSleepSeconds = 5
 )
@@ -573,7 +575,7 @@ func engineContainer(obj *servingv1.AIInference, eng engine.Engine) corev1.Conta
 		Ports:   []corev1.ContainerPort{{Name: "http", ContainerPort: port, Protocol: corev1.ProtocolTCP}},
 		// The startup probe gives the engine loading.timeout to warm up once the
 		// loader is done; liveness only starts counting once it has succeeded.
-		StartupProbe:             probe(eng.ReadinessPath(), startupFailureThreshold(loadTimeout(obj))),
+		StartupProbe:             startupProbe(probe(eng.ReadinessPath(), startupFailureThreshold(loadTimeout(obj)))),
 		ReadinessProbe:           readiness,
 		LivenessProbe:            probe(eng.LivenessPath(), 3),
 		Resources:                resources,
@@ -622,9 +624,16 @@ func engineEnv(user []corev1.EnvVar) []corev1.EnvVar {
 	return append(env, user...)
 }
 
-// startupFailureThreshold turns the loading timeout into probe failures.
+// startupProbe asks often: a health GET is cheap, and the sooner a warm engine
+// is seen, the sooner the replica serves.
+func startupProbe(p *corev1.Probe) *corev1.Probe {
+	p.PeriodSeconds = startupPeriodSeconds
+	return p
+}
+
+// startupFailureThreshold turns the loading timeout into startup probe failures.
 func startupFailureThreshold(timeout time.Duration) int32 {
-	return int32(max(math.Ceil(timeout.Seconds()/probePeriodSeconds), 1))
+	return int32(max(math.Ceil(timeout.Seconds()/startupPeriodSeconds), 1))
 }
 
 func volumes(obj *servingv1.AIInference) []corev1.Volume {

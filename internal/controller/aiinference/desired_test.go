@@ -89,7 +89,8 @@ func TestDeploymentPerEngine(t *testing.T) {
 			c := d.Spec.Template.Spec.Containers[0]
 			g.Expect(c.Ports[0].ContainerPort).To(Equal(tt.port))
 			g.Expect(c.ReadinessProbe.HTTPGet.Path).To(Equal(tt.readiness))
-			g.Expect(c.StartupProbe.FailureThreshold).To(Equal(int32(30)), "5m timeout / 10s period")
+			g.Expect(c.StartupProbe.PeriodSeconds).To(Equal(int32(2)))
+			g.Expect(c.StartupProbe.FailureThreshold).To(Equal(int32(150)), "5m timeout / 2s period")
 			g.Expect(c.Args[len(c.Args)-2:]).To(Equal([]string{"--max-model-len", "8192"}), "user args come last")
 			if tt.tpArg != "" {
 				i := slices.Index(c.Args, tt.tpArg)

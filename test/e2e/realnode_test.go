@@ -1,0 +1,452 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/controller/aiinference"
+	"github.com/aiinference/operator/internal/loader/s3test"
+	"github.com/aiinference/operator/internal/loadspec"
+	"github.com/aiinference/operator/internal/localcluster"
+)
+
+// The tests in this file run pods for real on the cluster's real node: the model
+// loader downloads from the cluster's object store into the cache volume, and
+// the engine (llm-d-inference-sim, a CPU stand-in that speaks vLLM's API) serves.
+
+// realNodeEnv asks for the real-node tests, as for localcluster's own (root and
+// cgroup v1 needed; where they are missing the run fails and says why).
+const realNodeEnv = "LOCALCLUSTER_REAL_NODE"
+
+// realGPUProduct is the GPU product of the real node, which no simulated node has.
+const realGPUProduct = "NVIDIA-T4"
+
+// realReadyTimeout bounds a real pod's way to Ready: a load from the store and
+// the engine's start, on a busy 2-core machine.
+const realReadyTimeout = 2 * time.Minute
+
+func realNodeAsked() bool { return os.Getenv(realNodeEnv) == "1" }
+
+// needRealNode skips a real-node test when the run did not ask for real nodes; a
+// run that asks on a host that cannot has already failed in TestMain.
+func needRealNode(t *testing.T) *localcluster.ObjectStore {
+	t.Helper()
+	if !realNodeAsked() {
+		t.Skipf("set %s=1 to run the real-node tests (root and cgroup v1; make test does)", realNodeEnv)
+	}
+	return cluster.ObjectStore()
+}
+
+// realInference is an AIInference for the real node that loads the seeded model
+// from the store and serves it with the simulator, told by the spec's image and
+// args (the simulator has no tokenizer to read; it invents one).
+func realInference(t *testing.T, store *localcluster.ObjectStore, ns, name string) *servingv1.AIInference {
+	t.Helper()
+	engine, err := localcluster.FindImage(cluster.Images(), localcluster.EngineSimImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := NewWithT(t)
+	g.Expect(k8s.Create(context.Background(), store.CredentialsSecret(ns))).To(Succeed())
+	return &servingv1.AIInference{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: servingv1.AIInferenceSpec{
+			Model: servingv1.ModelSpec{
+				Name: name + "-model",
+				Size: ptr.To(*resource.NewQuantity(store.ModelBytes, resource.BinarySI)),
+				Source: servingv1.ModelSource{S3: &servingv1.S3Source{
+					Bucket: store.Bucket, Prefix: store.ModelPrefix, Endpoint: store.Endpoint, PathStyle: true,
+					CredentialsSecretRef: &servingv1.S3CredentialsSecretRef{Name: store.CredentialsSecret(ns).Name},
+				}},
+			},
+			Engine: servingv1.EngineSpec{Type: servingv1.EngineVLLM, Image: engine.Ref, Args: []string{"--force-dummy-tokenizer"}},
+			GPU:    servingv1.GPUSpec{Count: 1, Products: []string{realGPUProduct}},
+			Loading: servingv1.LoadingSpec{
+				Timeout: &metav1.Duration{Duration: 2 * time.Minute}, Backoff: &metav1.Duration{Duration: time.Second},
+				MaxRetries: ptr.To[int32](1),
+			},
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")}},
+		},
+	}
+}
+
+// servingPods are the pods of obj that are ready, with their IPs.
+func servingPods(g Gomega, obj *servingv1.AIInference) []corev1.Pod {
+	pods := &corev1.PodList{}
+	g.Expect(k8s.List(context.Background(), pods, client.InNamespace(obj.Namespace),
+		client.MatchingLabels{aiinference.LabelInference: obj.Name})).To(Succeed())
+	var ready []corev1.Pod
+	for _, p := range pods.Items {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil {
+				ready = append(ready, p)
+			}
+		}
+	}
+	return ready
+}
+
+// complete sends one short completion and returns the model that answered.
+func complete(httpClient *http.Client, baseURL, model string) (string, error) {
+	body, _ := json.Marshal(map[string]any{"model": model, "prompt": "Hello", "max_tokens": 4})
+	resp, err := httpClient.Post(baseURL+"/v1/completions", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: %s", resp.Status, data)
+	}
+	var answer struct {
+		Model   string `json:"model"`
+		Choices []any  `json:"choices"`
+	}
+	if err := json.Unmarshal(data, &answer); err != nil || len(answer.Choices) == 0 {
+		return "", fmt.Errorf("not a completion: %s", data)
+	}
+	return answer.Model, nil
+}
+
+// engineURL is the engine of a pod, at its IP: the host routes the real node's
+// pod subnet.
+func engineURL(pod corev1.Pod) string {
+	return "http://" + net.JoinHostPort(pod.Status.PodIP, "8000")
+}
+
+// 1. A full load: S3 to the cache volume to the engine to Ready, with the real
+// figures in status.
+func TestRealNodeFullLoad(t *testing.T) {
+	store := needRealNode(t)
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	obj := realInference(t, store, ns, "tiny")
+	begin := time.Now()
+	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
+	waitFor(t, g, obj, realReadyTimeout, beReady(1))
+	t.Logf("apply to Ready on the real node: %s", time.Since(begin).Round(100*time.Millisecond))
+
+	got := &servingv1.AIInference{}
+	g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), got)).To(Succeed())
+	load := got.Status.LastLoad
+	g.Expect(load).NotTo(BeNil(), "the loader's report reaches status")
+	g.Expect(load.Files).To(Equal(store.ModelFiles))
+	g.Expect(load.Bytes).To(Equal(store.ModelBytes))
+	g.Expect(load.BytesFetched).To(Equal(store.ModelBytes))
+	g.Expect(load.Verified).To(BeTrue())
+	// Every file checked against a checksum the store keeps: CRC64-NVME for the
+	// shards, the ETag's MD5 for a small file the store added no CRC to.
+	var checked int32
+	for _, n := range load.Checks {
+		checked += n
+	}
+	g.Expect(checked).To(Equal(int32(store.ModelFiles)))
+	g.Expect(load.Checks["crc64nvme"]).To(BeNumerically(">=", 1))
+	t.Logf("lastLoad: %d files, %d bytes in %s at %s, checks %v", load.Files, load.Bytes, load.Duration.Duration, load.Throughput, load.Checks)
+
+	// The engine is told to read the model where the loader wrote it.
+	pods := servingPods(g, obj)
+	g.Expect(pods).To(HaveLen(1))
+	engineArgs := pods[0].Spec.Containers[0].Args
+	g.Expect(engineArgs).To(ContainElements("--model", "/models/"+obj.Spec.Model.Name))
+
+	httpClient := &http.Client{Timeout: 5 * time.Second}
+	models, err := httpClient.Get(engineURL(pods[0]) + "/v1/models")
+	g.Expect(err).NotTo(HaveOccurred())
+	list, _ := io.ReadAll(models.Body)
+	models.Body.Close()
+	g.Expect(string(list)).To(ContainSubstring(`"` + obj.Spec.Model.Name + `"`))
+
+	// A completion through the Service answers with the served model's name.
+	url := serviceURL(g, obj)
+	begin = time.Now()
+	g.Eventually(func() (string, error) { return complete(httpClient, url, obj.Spec.Model.Name) }).
+		WithTimeout(20 * time.Second).WithPolling(500 * time.Millisecond).Should(Equal(obj.Spec.Model.Name))
+	t.Logf("a completion through the Service answered %s after Ready was checked", time.Since(begin).Round(100*time.Millisecond))
+}
+
+// 2. Corruption: an object corrupted in the store fails the load for good, and
+// the store serves no further download, whatever the kubelet does.
+func TestRealNodeCorruptionStopsDownloads(t *testing.T) {
+	store := needRealNode(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	const prefix = "corrupt-model/"
+	server := &s3test.Server{Endpoint: store.Endpoint, Root: store.Root, Client: store.Client}
+	for i, f := range s3test.ModelTree(2, 4<<20, 0, 0) {
+		g.Expect(server.UploadGenerated(ctx, store.Bucket, prefix+f.Path, f.Size, s3test.Layout{}, uint64(100+i))).To(Succeed())
+	}
+	// A failing disk under the store: one byte of a shard flips behind its back.
+	shard := filepath.Join(store.Root, store.Bucket, prefix+"model-00001-of-00002.safetensors")
+	data, err := os.ReadFile(shard)
+	g.Expect(err).NotTo(HaveOccurred())
+	data[len(data)/2] ^= 0xff
+	g.Expect(os.WriteFile(shard, data, 0o644)).To(Succeed())
+
+	obj := realInference(t, store, ns, "corrupt")
+	obj.Spec.Model.Source.S3.Prefix = prefix
+	obj.Spec.Model.Size = ptr.To(resource.MustParse("16Mi"))
+	obj.Spec.Loading.MaxRetries = ptr.To[int32](3)
+	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
+	waitFor(t, g, obj, realReadyTimeout, func(g Gomega, got *servingv1.AIInference) {
+		g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseFailed))
+		g.Expect(readyReason(got)).To(Equal(servingv1.ReasonLoadFailed))
+		g.Expect(got.Status.LastFailure).NotTo(BeNil())
+		g.Expect(got.Status.LastFailure.Reason).To(Equal(loadspec.ReasonChecksumMismatch))
+	})
+	gets, err := store.ObjectGets(store.Bucket, prefix)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Logf("object GETs under %s when Failed: %d", prefix, gets)
+	g.Expect(gets).To(BeNumerically(">", 0), "the store's access log shows the load's downloads")
+
+	// The kubelet restarts the loader in place; each run refuses before any request.
+	restartsAtFailure := loaderRestarts(g, obj)
+	g.Eventually(func() int32 { return loaderRestarts(g, obj) }).WithTimeout(45*time.Second).WithPolling(time.Second).
+		Should(BeNumerically(">", restartsAtFailure), "the kubelet restarts the failed loader")
+	after, err := store.ObjectGets(store.Bucket, prefix)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(after).To(Equal(gets), "downloads after the object failed")
+	got := &servingv1.AIInference{}
+	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+	g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseFailed))
+}
+
+// loaderRestarts is the restart count of the object's loader containers.
+func loaderRestarts(g Gomega, obj *servingv1.AIInference) int32 {
+	pods := &corev1.PodList{}
+	g.Expect(k8s.List(context.Background(), pods, client.InNamespace(obj.Namespace),
+		client.MatchingLabels{aiinference.LabelInference: obj.Name})).To(Succeed())
+	var n int32
+	for _, p := range pods.Items {
+		for _, cs := range p.Status.InitContainerStatuses {
+			if cs.Name == aiinference.LoaderContainerName {
+				n += cs.RestartCount
+			}
+		}
+	}
+	return n
+}
+
+// 3. A retryable failure, retried in place by the real kubelet and bounded; the
+// same scenario runs on the simulated kubelet (TestLoaderFailureRetriesThenFailsThenRecovers).
+func TestRealNodeRetryableFailureIsBounded(t *testing.T) {
+	store := needRealNode(t)
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	obj := realInference(t, store, ns, "unreachable")
+	// Nothing listens there: every attempt fails with a retryable error.
+	closed, err := freePort()
+	g.Expect(err).NotTo(HaveOccurred())
+	endpoint, err := url.Parse(store.Endpoint)
+	g.Expect(err).NotTo(HaveOccurred())
+	obj.Spec.Model.Source.S3.Endpoint = "http://" + net.JoinHostPort(endpoint.Hostname(), strconv.Itoa(closed))
+	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
+	retriedInPlaceThenFixed(t, g, obj, func(o *servingv1.AIInference) { o.Spec.Model.Source.S3.Endpoint = store.Endpoint }, realReadyTimeout)
+}
+
+// 4. An engine that cannot start gives a crash-loop reason with its exit code and
+// the last line of its log.
+func TestRealNodeEngineThatCannotStart(t *testing.T) {
+	store := needRealNode(t)
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	obj := realInference(t, store, ns, "bad-args")
+	obj.Spec.Engine.Args = append(obj.Spec.Engine.Args, "--no-such-flag")
+	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
+	waitFor(t, g, obj, realReadyTimeout, func(g Gomega, got *servingv1.AIInference) {
+		ready := meta.FindStatusCondition(got.Status.Conditions, servingv1.ConditionReady)
+		g.Expect(ready).NotTo(BeNil())
+		g.Expect(ready.Reason).To(Equal(servingv1.ReasonEngineCrashLooping))
+		// The simulator exits 0 on a bad flag, leaving no termination message: the
+		// operator reads the log's last line.
+		g.Expect(ready.Message).To(And(ContainSubstring("last exit code 0"), ContainSubstring("last log line"), ContainSubstring("unknown flag: --no-such-flag")))
+	})
+}
+
+// serviceURL is the Service of obj at its ClusterIP, which kube-proxy routes on
+// the host to ready pods.
+func serviceURL(g Gomega, obj *servingv1.AIInference) string {
+	svc := &corev1.Service{}
+	g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), svc)).To(Succeed())
+	return "http://" + net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port)))
+}
+
+// 5. A rolling update with real readiness, while a bounded client sends
+// completions through the Service the whole time: none fails.
+func TestRealNodeRollingUpdateDropsNoRequest(t *testing.T) {
+	store := needRealNode(t)
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	obj := realInference(t, store, ns, "rolling")
+	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
+	waitFor(t, g, obj, realReadyTimeout, beReady(1))
+	url := serviceURL(g, obj)
+	httpClient := &http.Client{Timeout: 5 * time.Second}
+	g.Eventually(func() (string, error) { return complete(httpClient, url, obj.Spec.Model.Name) }).
+		WithTimeout(20 * time.Second).WithPolling(500 * time.Millisecond).Should(Equal(obj.Spec.Model.Name))
+
+	// At most 3000 requests, 50 ms apart, until the rollout is over.
+	stop := make(chan struct{})
+	type tally struct {
+		ok, failed int
+		firstErr   error
+	}
+	done := make(chan tally)
+	go func() {
+		var t tally
+		for range 3000 {
+			select {
+			case <-stop:
+				done <- t
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			if _, err := complete(httpClient, url, obj.Spec.Model.Name); err != nil {
+				t.failed++
+				if t.firstErr == nil {
+					t.firstErr = err
+				}
+				continue
+			}
+			t.ok++
+		}
+		<-stop
+		done <- t
+	}()
+
+	begin := time.Now()
+	update(g, obj, func(o *servingv1.AIInference) { o.Spec.Engine.Args = append(o.Spec.Engine.Args, "--max-num-seqs=8") })
+	waitFor(t, g, obj, realReadyTimeout, beReady(1))
+	g.Eventually(func(g Gomega) {
+		pods := &corev1.PodList{}
+		g.Expect(k8s.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{aiinference.LabelInference: obj.Name})).To(Succeed())
+		g.Expect(pods.Items).To(HaveLen(1), "the old pod is gone")
+	}).WithTimeout(time.Minute).Should(Succeed())
+	rollout := time.Since(begin)
+	close(stop)
+	result := <-done
+	t.Logf("rolling update on the real node in %s: %d completions through the Service, %d failed", rollout.Round(100*time.Millisecond), result.ok, result.failed)
+	g.Expect(result.failed).To(BeZero(), "first failure: %v", result.firstErr)
+	g.Expect(result.ok).To(BeNumerically(">", 20))
+}
+
+// 7. The warm-up gate: an engine that answers its health checks but fails every
+// completion never becomes ready, and no traffic reaches it.
+func TestRealNodeWarmupGateHoldsABrokenEngine(t *testing.T) {
+	store := needRealNode(t)
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	obj := realInference(t, store, ns, "broken")
+	obj.Spec.Engine.Args = append(obj.Spec.Engine.Args, "--failure-injection-rate=100", "--failure-types=server_error")
+	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
+	waitFor(t, g, obj, realReadyTimeout, func(g Gomega, got *servingv1.AIInference) {
+		g.Expect(readyReason(got)).To(Equal(servingv1.ReasonWarmingUp))
+	})
+	// The engine's health says yes; its completions say no, and so does the pod.
+	pods := &corev1.PodList{}
+	g.Expect(k8s.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{aiinference.LabelInference: obj.Name})).To(Succeed())
+	g.Expect(pods.Items).To(HaveLen(1))
+	pod := pods.Items[0]
+	httpClient := &http.Client{Timeout: 5 * time.Second}
+	health, err := httpClient.Get(engineURL(pod) + "/health")
+	g.Expect(err).NotTo(HaveOccurred())
+	health.Body.Close()
+	g.Expect(health.StatusCode).To(Equal(http.StatusOK))
+	_, err = complete(httpClient, engineURL(pod), obj.Spec.Model.Name)
+	g.Expect(err).To(HaveOccurred())
+	g.Consistently(func(g Gomega) {
+		got := &servingv1.AIInference{}
+		g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), got)).To(Succeed())
+		g.Expect(got.Status.ReadyReplicas).To(BeZero())
+		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, servingv1.ConditionAvailable)).To(BeFalse())
+		g.Expect(servingPods(g, obj)).To(BeEmpty())
+	}).WithTimeout(10 * time.Second).WithPolling(time.Second).Should(Succeed())
+}
+
+// 6. In a namespace that enforces Pod Security "restricted", the pods run on the
+// real node as the non-root user the operator asks for, enforced by runc.
+func TestRealNodeRestrictedPodsRunAsNonRoot(t *testing.T) {
+	store := needRealNode(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "restricted-", Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}}
+	g.Expect(k8s.Create(ctx, ns)).To(Succeed())
+	t.Cleanup(func() {
+		if t.Failed() {
+			dump(t, ns.Name)
+		}
+		deleteAll(t, ns.Name)
+	})
+	obj := realInference(t, store, ns.Name, "restricted")
+	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
+	waitFor(t, g, obj, realReadyTimeout, beReady(1))
+
+	// The engine's process, seen from the host: its user is the one asked for.
+	uid, err := processUID("--served-model-name", obj.Spec.Model.Name)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(uid).To(Equal("65532"))
+}
+
+// processUID finds the host process whose command line holds both words and
+// returns its real user ID.
+func processUID(words ...string) (string, error) {
+	dirs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		return "", err
+	}
+	for _, path := range dirs {
+		cmdline, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		found := 0
+		for _, w := range words {
+			for _, a := range args {
+				if a == w {
+					found++
+					break
+				}
+			}
+		}
+		if found < len(words) {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join(filepath.Dir(path), "status"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if fields := strings.Fields(line); len(fields) > 1 && fields[0] == "Uid:" {
+				return fields[1], nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no process with %v on the host", words)
+}
