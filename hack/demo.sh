@@ -102,12 +102,11 @@ kubectl get aii -n "$namespace" -o wide
 kubectl get pods -n "$namespace" -o wide
 if [ -n "${OBJECT_STORE_ENDPOINT:-}" ]; then
 	echo
-	echo "==> tiny-real ran for real on the real node: its load, and a completion through its pod"
+	echo "==> tiny-real ran for real on the real node: its load, and a completion through its Service"
 	kubectl get aii tiny-real -n "$namespace" -o jsonpath='{.status.conditions[?(@.type=="ModelLoaded")].message}{"\n"}'
-	pod_ip=$(kubectl get pods -n "$namespace" -l serving.aiinference.io/inference=tiny-real \
-		-o jsonpath='{.items[?(@.status.phase=="Running")].status.podIP}' | cut -d' ' -f1)
-	curl -sS --max-time 10 "http://$pod_ip:8000/v1/completions" -H 'Content-Type: application/json' \
-		-d '{"model": "tiny-llama", "prompt": "Hello", "max_tokens": 8}'
+	service_ip=$(kubectl get service tiny-real -n "$namespace" -o jsonpath='{.spec.clusterIP}')
+	curl -sS --max-time 10 --retry 5 --retry-all-errors --retry-delay 1 "http://$service_ip:8000/v1/completions" \
+		-H 'Content-Type: application/json' -d '{"model": "tiny-llama", "prompt": "Hello", "max_tokens": 8}'
 	echo
 fi
 
