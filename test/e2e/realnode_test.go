@@ -289,8 +289,13 @@ func TestRealNodeEngineThatCannotStart(t *testing.T) {
 }
 
 // serviceURL is the Service of obj at its ClusterIP, which kube-proxy routes on
-// the host to ready pods.
+// the host to ready pods. One local cluster on a host at a time runs kube-proxy
+// (its rules are host-wide): this waits for another's (localcluster's own
+// real-node test, run beside this package) to stop.
 func serviceURL(g Gomega, obj *servingv1.AIInference) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	g.Expect(cluster.WaitKubeProxy(ctx)).To(Succeed())
 	svc := &corev1.Service{}
 	g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), svc)).To(Succeed())
 	return "http://" + net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port)))

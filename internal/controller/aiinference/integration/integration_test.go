@@ -114,7 +114,7 @@ func TestChildrenHaveTheRightShape(t *testing.T) {
 	g.Expect(eng.Args).To(ContainElements("--model", "/models/llama-3.1-8b", "--tensor-parallel-size", "2"))
 	g.Expect(eng.Resources.Limits[aiinference.GPUResource]).To(BeComparableTo(resource.MustParse("2")))
 	g.Expect(eng.StartupProbe.HTTPGet.Path).To(Equal("/health"))
-	g.Expect(eng.StartupProbe.FailureThreshold).To(Equal(int32(180)), "30m default timeout over 10s periods")
+	g.Expect(eng.StartupProbe.FailureThreshold).To(Equal(int32(900)), "30m default timeout over 2s periods")
 	g.Expect(eng.ReadinessProbe.HTTPGet.Path).To(Equal("/health"))
 
 	required := pod.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0]
