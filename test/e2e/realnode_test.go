@@ -168,18 +168,26 @@ func TestRealNodeFullLoad(t *testing.T) {
 	g.Expect(load.Checks["crc64nvme"]).To(BeNumerically(">=", 1))
 	t.Logf("lastLoad: %d files, %d bytes in %s at %s, checks %v", load.Files, load.Bytes, load.Duration.Duration, load.Throughput, load.Checks)
 
-	// The engine is told to read the model where the loader wrote it.
+	// The engine reads the model where the loader wrote it: the folder the engine
+	// reports serving from (/v1/models' root, as vLLM reports it) is the loader's
+	// destination in its ConfigMap.
 	pods := servingPods(g, obj)
 	g.Expect(pods).To(HaveLen(1))
-	engineArgs := pods[0].Spec.Containers[0].Args
-	g.Expect(engineArgs).To(ContainElements("--model", "/models/"+obj.Spec.Model.Name))
-
+	cm := &corev1.ConfigMap{}
+	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: obj.Name + "-loader"}, cm)).To(Succeed())
+	var config loadspec.Config
+	g.Expect(json.Unmarshal([]byte(cm.Data[loadspec.ConfigFileName]), &config)).To(Succeed())
 	httpClient := &http.Client{Timeout: 5 * time.Second}
-	models, err := httpClient.Get(engineURL(pods[0]) + "/v1/models")
+	resp, err := httpClient.Get(engineURL(pods[0]) + "/v1/models")
 	g.Expect(err).NotTo(HaveOccurred())
-	list, _ := io.ReadAll(models.Body)
-	models.Body.Close()
-	g.Expect(string(list)).To(ContainSubstring(`"` + obj.Spec.Model.Name + `"`))
+	var models struct {
+		Data []struct{ ID, Root string } `json:"data"`
+	}
+	g.Expect(json.NewDecoder(resp.Body).Decode(&models)).To(Succeed())
+	resp.Body.Close()
+	g.Expect(models.Data).To(HaveLen(1))
+	g.Expect(models.Data[0].ID).To(Equal(obj.Spec.Model.Name))
+	g.Expect(models.Data[0].Root).To(Equal(config.Dest))
 
 	// A completion through the Service answers with the served model's name.
 	url := serviceURL(g, obj)
