@@ -5,10 +5,11 @@
 # A binary already in the cache is reused, so only the first run pays the build.
 #
 # Usage: hack/tools/build.sh GROUP...
-#   groups: envtest cluster s3 rclone node sim images all
+#   groups: envtest cluster s3 rclone node sim images promtool all
 #   node: kubelet, kube-proxy, containerd, runc and CNI plugins of a real node;
 #   sim: llm-d-inference-sim; images: the real node's image tarballs (pause,
-#   model-loader, llm-d-inference-sim) for `ctr images import`.
+#   model-loader, llm-d-inference-sim) for `ctr images import`; promtool: Debian's
+#   prometheus package (promtool checks metric names and unit-tests the alerts).
 # Prints the folder of the last group built, e.g. for KUBEBUILDER_ASSETS.
 # AIINFERENCE_CACHE overrides the cache root (default ~/.cache/aiinference-operator).
 set -euo pipefail
@@ -173,10 +174,17 @@ images() {
 	echo "$dir"
 }
 
-[ $# -gt 0 ] || { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+# promtool_dir: the folder of promtool, installed from Debian's prometheus package.
+promtool_dir() {
+	command -v promtool >/dev/null || apt_install promtool prometheus
+	dirname "$(command -v promtool)"
+}
+
+[ $# -gt 0 ] || { sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 for group in "$@"; do
 	case "$group" in
 	envtest | cluster | s3 | rclone | node | sim | images) last=$("$group") ;;
+	promtool) last=$(promtool_dir) ;;
 	all) cluster >/dev/null; s3 >/dev/null; rclone >/dev/null; node >/dev/null; last=$(images) ;;
 	*) echo "build.sh: unknown group $group" >&2; exit 2 ;;
 	esac

@@ -54,6 +54,16 @@ func EnvtestAssets() (string, error) {
 	return BuildTools("envtest")
 }
 
+// Promtool is the path of promtool (Debian's prometheus package), installed by
+// hack/tools/build.sh when missing.
+func Promtool() (string, error) {
+	dir, err := BuildTools("promtool")
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "promtool"), nil
+}
+
 var pascalCase = regexp.MustCompile(`^[A-Z][A-Za-z0-9]*$`)
 
 // KstatusViolations lists how an AIInference's status breaks the kstatus rules the

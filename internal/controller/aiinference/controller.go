@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -81,10 +82,14 @@ type scope struct {
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
 	obj := &servingv1.AIInference{}
 	if err := r.Get(ctx, req.NamespacedName, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			metricsState.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !obj.DeletionTimestamp.IsZero() {
 		// Children carry owner references; the garbage collector removes them.
+		metricsState.forget(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	eng, err := engine.For(obj.Spec.Engine.Type)
@@ -172,6 +177,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 	obj := s.obj
 	status := computeStatus(obj, s.obs, s.loads, s.now)
 	if equality.Semantic.DeepEqual(obj.Status, status) {
+		metricsState.record(obj, &status, &status, s.now)
 		return nil
 	}
 	before := meta.FindStatusCondition(obj.Status.Conditions, servingv1.ConditionReady)
@@ -185,6 +191,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 		}
 		return client.IgnoreNotFound(err)
 	}
+	metricsState.record(obj, &original.Status, &status, s.now)
 	if after != nil && (before == nil || before.Reason != after.Reason) {
 		eventType := corev1.EventTypeNormal
 		if warningReasons[after.Reason] {

@@ -1,0 +1,133 @@
+package aiinference
+
+import (
+	"bytes"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	projtestutil "github.com/aiinference/operator/internal/testutil"
+)
+
+func readyCond(status metav1.ConditionStatus, reason string, gen int64, at time.Time) metav1.Condition {
+	return metav1.Condition{Type: servingv1.ConditionReady, Status: status, Reason: reason, ObservedGeneration: gen, LastTransitionTime: metav1.NewTime(at)}
+}
+
+// TestStatusMetrics walks one object from creation through a failed load and a
+// completed one to Ready, then deletes it.
+func TestStatusMetrics(t *testing.T) {
+	g := NewWithT(t)
+	created := now.Add(-3 * time.Minute)
+	obj := &servingv1.AIInference{ObjectMeta: metav1.ObjectMeta{Namespace: "metrics-ns", Name: "llm", Generation: 1, CreationTimestamp: metav1.NewTime(created)}}
+	obj.Spec.Replicas = ptr.To[int32](2)
+	m := &statusMetrics{objects: map[types.NamespacedName]*objectMemory{}}
+
+	pending := servingv1.AIInferenceStatus{Phase: servingv1.PhasePending, Conditions: []metav1.Condition{readyCond(metav1.ConditionFalse, servingv1.ReasonProgressing, 1, created)}}
+	m.record(obj, &servingv1.AIInferenceStatus{}, &pending, created)
+
+	loading := *pending.DeepCopy()
+	loading.Phase = servingv1.PhaseLoading
+	loading.LoadRetries = 1
+	loading.LastFailure = &servingv1.LoadFailure{Reason: "TransientError", Pod: "llm-abc"}
+	loading.Conditions = []metav1.Condition{readyCond(metav1.ConditionFalse, servingv1.ReasonRetryingLoad, 1, now.Add(-time.Minute))}
+	m.record(obj, &pending, &loading, now.Add(-time.Minute))
+
+	ready := *loading.DeepCopy()
+	ready.Phase, ready.ReadyReplicas, ready.UpdatedReplicas = servingv1.PhaseReady, 2, 2
+	ready.LastLoad = &servingv1.LoadReport{Pod: "llm-def", Bytes: 4e9, BytesFetched: 4e9, Duration: metav1.Duration{Duration: 40 * time.Second}}
+	ready.Conditions = []metav1.Condition{readyCond(metav1.ConditionTrue, servingv1.ReasonReady, 1, now)}
+	m.record(obj, &loading, &ready, now)
+	m.record(obj, &ready, &ready, now.Add(time.Minute)) // an unchanged pass counts nothing again
+
+	labels := []string{"metrics-ns", "llm"}
+	g.Expect(testutil.ToFloat64(phaseGauge.WithLabelValues("metrics-ns", "llm", "Ready"))).To(Equal(1.0))
+	g.Expect(testutil.ToFloat64(phaseGauge.WithLabelValues("metrics-ns", "llm", "Loading"))).To(Equal(0.0))
+	g.Expect(testutil.ToFloat64(phaseSinceGauge.WithLabelValues(labels...))).To(Equal(float64(now.Unix())))
+	g.Expect(testutil.ToFloat64(readyGauge.WithLabelValues(labels...))).To(Equal(2.0))
+	g.Expect(testutil.ToFloat64(desiredGauge.WithLabelValues(labels...))).To(Equal(2.0))
+	g.Expect(testutil.ToFloat64(loadRetriesTotal.WithLabelValues(labels...))).To(Equal(1.0))
+	g.Expect(testutil.ToFloat64(failuresTotal.WithLabelValues("metrics-ns", "llm", "TransientError"))).To(Equal(1.0))
+	g.Expect(testutil.ToFloat64(failuresTotal.WithLabelValues("metrics-ns", "llm", servingv1.ReasonRetryingLoad))).To(Equal(1.0))
+	g.Expect(testutil.ToFloat64(loadThroughputGauge.WithLabelValues(labels...))).To(Equal(1e8))
+	g.Expect(testutil.ToFloat64(readyReasonGauge.WithLabelValues("metrics-ns", "llm", "Ready"))).To(Equal(1.0))
+	g.Expect(testutil.CollectAndCount(readyReasonGauge)).To(Equal(1), "one reason series per object")
+
+	text := scrape(t, "aiinference_")
+	g.Expect(text).To(ContainSubstring(`aiinference_model_load_duration_seconds_count{name="llm",namespace="metrics-ns"} 1`))
+	g.Expect(text).To(ContainSubstring(`aiinference_model_load_duration_seconds_sum{name="llm",namespace="metrics-ns"} 40`))
+	g.Expect(text).To(ContainSubstring(`aiinference_time_to_ready_seconds_sum{name="llm",namespace="metrics-ns"} 180`), "from creation to Ready")
+	g.Expect(text).NotTo(ContainSubstring("llm-def"), "no pod names in labels")
+
+	// A spec change: time to Ready counts from the pass that first saw it.
+	obj.Generation = 2
+	rolling := *ready.DeepCopy()
+	rolling.Conditions = []metav1.Condition{readyCond(metav1.ConditionFalse, servingv1.ReasonLoading, 2, now.Add(time.Minute))}
+	m.record(obj, &ready, &rolling, now.Add(time.Minute))
+	ready2 := *ready.DeepCopy()
+	ready2.Conditions = []metav1.Condition{readyCond(metav1.ConditionTrue, servingv1.ReasonReady, 2, now.Add(3*time.Minute))}
+	m.record(obj, &rolling, &ready2, now.Add(3*time.Minute))
+	g.Expect(scrape(t, "aiinference_time_to_ready")).To(ContainSubstring(`aiinference_time_to_ready_seconds_sum{name="llm",namespace="metrics-ns"} 300`))
+
+	m.forget(types.NamespacedName{Namespace: "metrics-ns", Name: "llm"})
+	g.Expect(scrape(t, "aiinference_")).NotTo(ContainSubstring(`namespace="metrics-ns"`), "a deleted object's series are gone")
+}
+
+// scrape is the text exposition of the registry's families whose name starts with prefix.
+func scrape(t *testing.T, prefix string) string {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, f := range families {
+		if strings.HasPrefix(f.GetName(), prefix) {
+			if err := enc.Encode(f); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return buf.String()
+}
+
+// TestMetricNamesPassPromtool runs `promtool check metrics` (Prometheus's naming
+// and help-text lint) on a scrape of every operator metric.
+func TestMetricNamesPassPromtool(t *testing.T) {
+	promtool, err := projtestutil.Promtool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := &servingv1.AIInference{ObjectMeta: metav1.ObjectMeta{Namespace: "lint-ns", Name: "llm", Generation: 1, CreationTimestamp: metav1.NewTime(now.Add(-time.Minute))}}
+	m := &statusMetrics{objects: map[types.NamespacedName]*objectMemory{}}
+	st := servingv1.AIInferenceStatus{Phase: servingv1.PhaseReady, LoadRetries: 1, LastFailure: &servingv1.LoadFailure{Reason: "TransientError"},
+		LastLoad:   &servingv1.LoadReport{Bytes: 1, BytesFetched: 1, Duration: metav1.Duration{Duration: time.Second}},
+		Conditions: []metav1.Condition{readyCond(metav1.ConditionTrue, servingv1.ReasonReady, 1, now)}}
+	m.record(obj, &servingv1.AIInferenceStatus{Conditions: []metav1.Condition{readyCond(metav1.ConditionFalse, servingv1.ReasonLoadFailed, 1, now)}}, &st, now)
+	canaryRollbacksTotal.WithLabelValues("lint-ns", "llm").Inc()
+	defer m.forget(types.NamespacedName{Namespace: "lint-ns", Name: "llm"})
+
+	text := scrape(t, "aiinference_")
+	for _, name := range []string{"aiinference_phase", "aiinference_model_load_duration_seconds_bucket", "aiinference_time_to_ready_seconds_bucket",
+		"aiinference_failures_total", "aiinference_load_retries_total", "aiinference_canary_rollbacks_total", "aiinference_model_load_throughput_bytes_per_second"} {
+		if !strings.Contains(text, name+"{") {
+			t.Errorf("scrape lacks %s", name)
+		}
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(text)
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Fatalf("promtool check metrics: %v\n%s", err, out)
+	}
+}
