@@ -86,6 +86,10 @@ cluster-down: ## Stop the local cluster and remove its files
 
 ##@ Loader
 
+.PHONY: bench-scale
+bench-scale: ## The operator at N objects beside plain Deployments on the local cluster (BENCH_SCALE_ARGS="-n 100,1000")
+	go run ./test/scale $(BENCH_SCALE_ARGS)
+
 .PHONY: bench-loader
 bench-loader: ## Benchmark the model loader against rclone on a local S3 server (>= 4 GB tree, cached)
 	go run ./internal/loader/bench $(BENCH_LOADER_ARGS)

@@ -71,7 +71,8 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		// for the lease to expire.
 		LeaderElectionReleaseOnCancel: true,
 		GracefulShutdownTimeout:       ptrTo(30 * time.Second),
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+		// managedFields are the largest part of a cached object and nothing reads them.
+		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:                   managed,
 			&corev1.ConfigMap{}:             managed,
 			&corev1.Service{}:               managed,

@@ -703,3 +703,18 @@ func gpuSummary(gpu servingv1.GPUSpec) string {
 		return fmt.Sprintf("%dx %s (+%d)", gpu.Count, gpu.Products[0], len(gpu.Products)-1)
 	}
 }
+
+// DesiredDeployment is the Deployment the operator makes for obj, built as a
+// reconcile builds it: the scale benchmark runs the same pods without the
+// operator as its baseline.
+func DesiredDeployment(obj *servingv1.AIInference, opts Options) (*appsv1.Deployment, error) {
+	eng, err := engine.For(obj.Spec.Engine.Type)
+	if err != nil {
+		return nil, err
+	}
+	config, err := desiredConfig(obj)
+	if err != nil {
+		return nil, err
+	}
+	return desiredDeployment(obj, eng, opts, hashOf(config)), nil
+}

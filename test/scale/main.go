@@ -1,0 +1,577 @@
+// Command scale is `make bench-scale`: on the local cluster with simulated GPU
+// nodes it applies N AIInference objects and, in the same run, N plain
+// Deployments with the pod template the operator generates (the baseline), and
+// prints what the operator costs beside the baseline: time to every object
+// Ready, the operator's peak RSS and CPU, reconcile latency, API requests per
+// object, writes in steady state and the time to its first reconcile.
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/controller/aiinference"
+	"github.com/aiinference/operator/internal/localcluster"
+	"github.com/aiinference/operator/internal/manager"
+)
+
+func main() {
+	var sizes string
+	flag.StringVar(&sizes, "n", "100,1000", "object counts to run, comma-separated")
+	flag.Parse()
+	if err := run(sizes); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-scale:", err)
+		os.Exit(1)
+	}
+}
+
+const gpusPerNode = 8
+
+// result is one run's figures.
+type result struct {
+	n                            int
+	baselineReady, operatorReady time.Duration
+	rssPeakKiB                   int64
+	cpu                          time.Duration
+	p50, p99                     time.Duration
+	requests                     map[string]float64
+	steadyWrites                 float64
+	firstReconcile               time.Duration
+	steadyWindow                 time.Duration
+}
+
+func run(sizes string) error {
+	var ns []int
+	for _, s := range strings.Split(sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("-n: %q is not a positive count", s)
+		}
+		ns = append(ns, n)
+	}
+	root, err := localcluster.FindRepoRoot(".")
+	if err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "bench-scale-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	bin := filepath.Join(work, "manager")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/manager")
+	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("building the operator: %w", err)
+	}
+
+	var results []result
+	for _, n := range ns {
+		r, err := runOne(root, bin, work, n)
+		if err != nil {
+			return fmt.Errorf("N=%d: %w", n, err)
+		}
+		results = append(results, r)
+	}
+	printTable(os.Stdout, results)
+	return nil
+}
+
+// runOne starts a cluster sized for n, runs the baseline, then the operator.
+func runOne(root, bin, work string, n int) (result, error) {
+	ctx := context.Background()
+	r := result{n: n, steadyWindow: 60 * time.Second}
+	nodes := max(100, (n+gpusPerNode-1)/gpusPerNode+10)
+	fmt.Fprintf(os.Stderr, "==> N=%d on %d simulated GPU nodes\n", n, nodes)
+	cluster, err := localcluster.Start(ctx, localcluster.Options{
+		RepoRoot: root, KubeletDelayScale: 0.1, StartTimeout: 10 * time.Minute,
+		NodePools: []localcluster.NodePool{{Name: "gpu", Count: nodes, GPUProduct: localcluster.GPUProductL4, GPUCount: gpusPerNode,
+			CPU: resource.MustParse("64"), Memory: resource.MustParse("512Gi"), Pods: 250}},
+	})
+	if err != nil {
+		return r, err
+	}
+	defer cluster.Stop() //nolint:errcheck // best effort
+	scheme := manager.Scheme()
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+		return r, err
+	}
+	cfg := cluster.RESTConfig()
+	cfg.QPS, cfg.Burst = 500, 1000
+	k8s, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return r, err
+	}
+	if err := installCRD(ctx, k8s, filepath.Join(root, "config", "crd", "bases", "serving.aiinference.io_aiinferences.yaml")); err != nil {
+		return r, err
+	}
+	objects := make([]*servingv1.AIInference, n)
+	for i := range objects {
+		objects[i] = benchObject("bench", fmt.Sprintf("model-%04d", i))
+	}
+
+	// The baseline: the operator's Deployments, applied without it.
+	if err := createNamespace(ctx, k8s, "baseline"); err != nil {
+		return r, err
+	}
+	begin := time.Now()
+	for _, obj := range objects {
+		d, err := aiinference.DesiredDeployment(obj, aiinference.Options{LoaderImage: "example.test/model-loader:bench"})
+		if err != nil {
+			return r, err
+		}
+		d.Namespace = "baseline"
+		if err := k8s.Create(ctx, d); err != nil {
+			return r, err
+		}
+	}
+	if err := waitAll(ctx, "baseline Deployments ready", n, func() (int, error) { return readyDeployments(ctx, k8s, "baseline") }); err != nil {
+		return r, err
+	}
+	r.baselineReady = time.Since(begin)
+	fmt.Fprintf(os.Stderr, "Baseline: %d Deployments ready in %s\n", n, r.baselineReady.Round(10*time.Millisecond))
+	if err := k8s.DeleteAllOf(ctx, &appsv1.Deployment{}, client.InNamespace("baseline"), client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+		return r, err
+	}
+	if err := waitAll(ctx, "baseline pods gone", 0, func() (int, error) { return podCount(ctx, k8s, "baseline") }); err != nil {
+		return r, err
+	}
+
+	// The operator.
+	if err := createNamespace(ctx, k8s, "bench"); err != nil {
+		return r, err
+	}
+	op, err := startOperator(bin, cluster.Kubeconfig(), filepath.Join(work, fmt.Sprintf("operator-%d.log", n)))
+	if err != nil {
+		return r, err
+	}
+	defer op.stop()
+	if err := op.waitMetrics(ctx); err != nil {
+		return r, err
+	}
+	begin = time.Now()
+	for _, obj := range objects {
+		if err := k8s.Create(ctx, obj.DeepCopy()); err != nil {
+			return r, err
+		}
+	}
+	if err := waitAll(ctx, "AIInference objects Ready", n, func() (int, error) { return readyObjects(ctx, k8s, "bench") }); err != nil {
+		return r, err
+	}
+	r.operatorReady = time.Since(begin)
+	fmt.Fprintf(os.Stderr, "Operator: %d objects Ready in %s\n", n, r.operatorReady.Round(10*time.Millisecond))
+
+	families, err := op.scrape()
+	if err != nil {
+		return r, err
+	}
+	r.requests = requestsByMethod(families)
+	for method, v := range r.requests {
+		r.requests[method] = v / float64(n)
+	}
+	r.p50, r.p99 = reconcileQuantile(families, 0.5), reconcileQuantile(families, 0.99)
+
+	// Steady state: everything Ready, nothing to change.
+	before := writes(families)
+	time.Sleep(r.steadyWindow)
+	families, err = op.scrape()
+	if err != nil {
+		return r, err
+	}
+	r.steadyWrites = writes(families) - before
+	r.rssPeakKiB, r.cpu, err = op.usage()
+	if err != nil {
+		return r, err
+	}
+
+	// A restart with every object present: time to the first reconcile.
+	op.stop()
+	op, err = startOperator(bin, cluster.Kubeconfig(), filepath.Join(work, fmt.Sprintf("operator-%d-restart.log", n)))
+	if err != nil {
+		return r, err
+	}
+	defer op.stop()
+	begin = time.Now()
+	if err := waitAll(ctx, "the first reconcile after a restart", 1, func() (int, error) {
+		families, err := op.scrape()
+		if err != nil {
+			return 0, nil // not serving yet
+		}
+		return int(min(counter(families, "controller_runtime_reconcile_total"), 1)), nil
+	}); err != nil {
+		return r, err
+	}
+	r.firstReconcile = time.Since(begin)
+	return r, nil
+}
+
+// benchObject is an AIInference of one L4 GPU with a public S3 model (no Secret
+// to read) and a 1 s back-off.
+func benchObject(ns, name string) *servingv1.AIInference {
+	return &servingv1.AIInference{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: servingv1.AIInferenceSpec{
+			Model: servingv1.ModelSpec{Name: name, Size: ptr.To(resource.MustParse("1Gi")),
+				Source: servingv1.ModelSource{S3: &servingv1.S3Source{Bucket: "models", Prefix: name + "/", Endpoint: "http://store.example:9000", PathStyle: true}}},
+			Engine:   servingv1.EngineSpec{Type: servingv1.EngineVLLM},
+			GPU:      servingv1.GPUSpec{Count: 1, Products: []string{localcluster.GPUProductL4}},
+			Replicas: ptr.To[int32](1),
+		},
+	}
+}
+
+func createNamespace(ctx context.Context, k8s client.Client, name string) error {
+	return k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+}
+
+// waitAll polls count until it returns want, for at most 30 minutes.
+func waitAll(ctx context.Context, what string, want int, count func() (int, error)) error {
+	deadline := time.Now().Add(30 * time.Minute)
+	last := -1
+	for {
+		got, err := count()
+		if err != nil {
+			return err
+		}
+		if got == want {
+			return nil
+		}
+		if got != last {
+			last = got
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: %d of %d after 30 minutes", what, got, want)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func readyDeployments(ctx context.Context, k8s client.Client, ns string) (int, error) {
+	list := &appsv1.DeploymentList{}
+	if err := k8s.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return 0, err
+	}
+	ready := 0
+	for _, d := range list.Items {
+		s := d.Status
+		if s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == *d.Spec.Replicas && s.AvailableReplicas == *d.Spec.Replicas && s.ReadyReplicas == *d.Spec.Replicas {
+			ready++
+		}
+	}
+	return ready, nil
+}
+
+func readyObjects(ctx context.Context, k8s client.Client, ns string) (int, error) {
+	list := &servingv1.AIInferenceList{}
+	if err := k8s.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return 0, err
+	}
+	ready := 0
+	for _, obj := range list.Items {
+		if c := meta.FindStatusCondition(obj.Status.Conditions, servingv1.ConditionReady); c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == obj.Generation {
+			ready++
+		}
+	}
+	return ready, nil
+}
+
+func podCount(ctx context.Context, k8s client.Client, ns string) (int, error) {
+	list := &corev1.PodList{}
+	err := k8s.List(ctx, list, client.InNamespace(ns))
+	return len(list.Items), err
+}
+
+func installCRD(ctx context.Context, k8s client.Client, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.Unmarshal(data, crd); err != nil {
+		return err
+	}
+	if err := k8s.Create(ctx, crd); err != nil {
+		return err
+	}
+	return waitAll(ctx, "the CRD established", 1, func() (int, error) {
+		got := &apiextensionsv1.CustomResourceDefinition{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(crd), got); err != nil {
+			return 0, err
+		}
+		for _, c := range got.Status.Conditions {
+			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+				return 1, nil
+			}
+		}
+		return 0, nil
+	})
+}
+
+// operator is the operator binary running against the cluster, with its
+// metrics on a loopback port.
+type operator struct {
+	cmd         *exec.Cmd
+	metricsAddr string
+	log         *os.File
+}
+
+func startOperator(bin, kubeconfig, logPath string) (*operator, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	health, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	log, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	o := &operator{metricsAddr: fmt.Sprintf("127.0.0.1:%d", port), log: log}
+	o.cmd = exec.Command(bin, "--metrics-bind-address="+o.metricsAddr, fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", health),
+		"--loader-image=example.test/model-loader:bench")
+	o.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	o.cmd.Stdout, o.cmd.Stderr = log, log
+	if err := o.cmd.Start(); err != nil {
+		log.Close()
+		return nil, err
+	}
+	return o, nil
+}
+
+func (o *operator) stop() {
+	if o.cmd == nil || o.cmd.Process == nil {
+		return
+	}
+	_ = o.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = o.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = o.cmd.Process.Kill()
+		<-done
+	}
+	o.log.Close()
+	o.cmd = nil
+}
+
+func (o *operator) waitMetrics(ctx context.Context) error {
+	return waitAll(ctx, "the operator's metrics", 1, func() (int, error) {
+		if _, err := o.scrape(); err != nil {
+			return 0, nil
+		}
+		return 1, nil
+	})
+}
+
+func (o *operator) scrape() (map[string]*dto.MetricFamily, error) {
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + o.metricsAddr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	return parser.TextToMetricFamilies(resp.Body)
+}
+
+// usage is the process's peak RSS (VmHWM) and CPU time so far.
+func (o *operator) usage() (int64, time.Duration, error) {
+	pid := o.cmd.Process.Pid
+	status, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer status.Close()
+	var hwm int64
+	scanner := bufio.NewScanner(status)
+	for scanner.Scan() {
+		if fields := strings.Fields(scanner.Text()); len(fields) >= 2 && fields[0] == "VmHWM:" {
+			hwm, _ = strconv.ParseInt(fields[1], 10, 64)
+		}
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	// Fields after the command's closing parenthesis; utime and stime are the
+	// 14th and 15th of the whole line, in clock ticks (100 per second here).
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return hwm, time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// requestsByMethod sums client-go's rest_client_requests_total by HTTP method:
+// every request the operator sent to the API server.
+func requestsByMethod(families map[string]*dto.MetricFamily) map[string]float64 {
+	out := map[string]float64{}
+	if f, ok := families["rest_client_requests_total"]; ok {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "method" {
+					out[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+// writes counts the operator's requests that change state.
+func writes(families map[string]*dto.MetricFamily) float64 {
+	var n float64
+	for method, v := range requestsByMethod(families) {
+		switch method {
+		case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+			n += v
+		}
+	}
+	return n
+}
+
+func counter(families map[string]*dto.MetricFamily, name string) float64 {
+	var n float64
+	if f, ok := families[name]; ok {
+		for _, m := range f.GetMetric() {
+			n += m.GetCounter().GetValue()
+		}
+	}
+	return n
+}
+
+// reconcileQuantile estimates a quantile of the AIInference controller's
+// reconcile time from its histogram, interpolating inside the bucket.
+func reconcileQuantile(families map[string]*dto.MetricFamily, q float64) time.Duration {
+	f, ok := families["controller_runtime_reconcile_time_seconds"]
+	if !ok {
+		return 0
+	}
+	type bucket struct{ le, count float64 }
+	var buckets []bucket
+	var total float64
+	for _, m := range f.GetMetric() {
+		if !hasLabel(m, "controller", "aiinference") {
+			continue
+		}
+		h := m.GetHistogram()
+		total += float64(h.GetSampleCount())
+		for i, b := range h.GetBucket() {
+			if i >= len(buckets) {
+				buckets = append(buckets, bucket{le: b.GetUpperBound()})
+			}
+			buckets[i].count += float64(b.GetCumulativeCount())
+		}
+	}
+	sort.Slice(buckets, func(i, j int) bool { return buckets[i].le < buckets[j].le })
+	rank := q * total
+	lower, below := 0.0, 0.0
+	for _, b := range buckets {
+		if b.count >= rank {
+			if math.IsInf(b.le, 1) {
+				return time.Duration(lower * float64(time.Second))
+			}
+			frac := 0.0
+			if b.count > below {
+				frac = (rank - below) / (b.count - below)
+			}
+			return time.Duration((lower + frac*(b.le-lower)) * float64(time.Second))
+		}
+		lower, below = b.le, b.count
+	}
+	return 0
+}
+
+func hasLabel(m *dto.Metric, name, value string) bool {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name && l.GetValue() == value {
+			return true
+		}
+	}
+	return false
+}
+
+// printTable prints the figures beside the targets.
+func printTable(w io.Writer, results []result) {
+	fmt.Fprintf(w, "\n%-44s", "")
+	for _, r := range results {
+		fmt.Fprintf(w, "%16s", fmt.Sprintf("N=%d", r.n))
+	}
+	fmt.Fprintf(w, "  target\n")
+	row := func(name, target string, cell func(r result) string) {
+		fmt.Fprintf(w, "%-44s", name)
+		for _, r := range results {
+			fmt.Fprintf(w, "%16s", cell(r))
+		}
+		fmt.Fprintf(w, "  %s\n", target)
+	}
+	row("baseline Deployments: apply to all ready", "", func(r result) string { return r.baselineReady.Round(10 * time.Millisecond).String() })
+	row("operator: apply to all Ready", "", func(r result) string { return r.operatorReady.Round(10 * time.Millisecond).String() })
+	row("ratio operator / baseline", "<= 1.1 (N=100), <= 1.2 (N=1000)", func(r result) string {
+		return fmt.Sprintf("%.2f", r.operatorReady.Seconds()/r.baselineReady.Seconds())
+	})
+	row("operator peak RSS", "<= 50 MiB + 30 KiB x N", func(r result) string {
+		return fmt.Sprintf("%.1f MiB (%.0f)", float64(r.rssPeakKiB)/1024, 50+30*float64(r.n)/1024)
+	})
+	row("operator CPU seconds", "", func(r result) string { return fmt.Sprintf("%.1f s", r.cpu.Seconds()) })
+	row("reconcile p50", "", func(r result) string { return r.p50.Round(10 * time.Microsecond).String() })
+	row("reconcile p99", "<= 25ms", func(r result) string { return r.p99.Round(10 * time.Microsecond).String() })
+	methods := map[string]bool{}
+	for _, r := range results {
+		for m := range r.requests {
+			methods[m] = true
+		}
+	}
+	var names []string
+	for m := range methods {
+		names = append(names, m)
+	}
+	sort.Strings(names)
+	for _, m := range names {
+		row("API requests per object, "+m, "", func(r result) string { return fmt.Sprintf("%.2f", r.requests[m]) })
+	}
+	row("writes in a 60 s steady state", "0", func(r result) string { return fmt.Sprintf("%.0f", r.steadyWrites) })
+	row("operator start to first reconcile", "", func(r result) string { return r.firstReconcile.Round(10 * time.Millisecond).String() })
+}
