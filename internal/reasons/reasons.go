@@ -1,0 +1,119 @@
+// Package reasons explains every reason the operator reports (the Ready,
+// ModelLoaded and Available conditions' reasons of api/v1/conditions.go, and the
+// reasons in status.lastFailure: the loader's, the kubelet's) to a person: what
+// it means and what to do. kubectl-aii prints it and docs/failure-reasons.md is
+// checked against it.
+package reasons
+
+import (
+	"fmt"
+	"strings"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/loadspec"
+)
+
+// Explanation is what a reason means and what to do about it.
+type Explanation struct {
+	Reason string
+	// Meaning says what the operator saw.
+	Meaning string
+	// Fix says what to do; empty when nothing is wrong.
+	Fix string
+	// Problem is true when a person may have to act (the Warning events).
+	Problem bool
+}
+
+// retryHint is how to ask for loads again once a permanent cause is fixed.
+const retryHint = "then set the " + servingv1.AnnotationRequestedAt + " annotation (kubectl annotate aii/NAME " +
+	servingv1.AnnotationRequestedAt + `="$(date -Is)" --overwrite) or change the spec`
+
+// All lists every reason, condition reasons first, in the order of docs/failure-reasons.md.
+var All = []Explanation{
+	{servingv1.ReasonReady, "Every desired replica runs the current spec, is ready and available.", "", false},
+	{servingv1.ReasonScaledToZero, "spec.replicas is 0: nothing runs, by request.", "", false},
+	{servingv1.ReasonProgressing, "The operator is creating the children; no pod exists yet.", "Wait; if it lasts, run kubectl aii why NAME: a child may be refused.", false},
+	{servingv1.ReasonPodsPending, "Pods exist but are not scheduled or started yet.", "Wait; if it lasts, kubectl describe pod shows what the scheduler or kubelet waits for.", false},
+	{servingv1.ReasonUnschedulable, "The scheduler cannot place a replica: no node has enough free GPUs of an accepted product (spec.gpu.products), or taints, nodeSelector or resources exclude them. The message quotes the scheduler (how many nodes it considered and why each was refused).",
+		"Free or add GPUs of an accepted product, accept another product in spec.gpu.products, lower spec.gpu.count, or fix spec.nodeSelector / tolerations.", true},
+	{servingv1.ReasonLoading, "The model loader is downloading and verifying the weights.", "Wait; kubectl aii status NAME shows the progress. If it outlasts loading.timeout it is retried.", false},
+	{servingv1.ReasonEngineStarting, "The model is loaded and the engine is starting (its health endpoint does not answer yet).", "Wait; a large model takes minutes to load onto the GPUs. If it lasts, read the engine's log (kubectl aii logs NAME).", false},
+	{servingv1.ReasonWarmingUp, "The engine answers its health checks; the warm-up gate waits for its first completion.", "Wait; if it lasts, read the engine's log.", false},
+	{servingv1.ReasonWarmupFailed, "The warm-up gate got no completion from the engine within loading.timeout; it exits and is run again. The message quotes its last error.",
+		"Read the engine's log (kubectl aii logs NAME) and check spec.engine.args and the served model name; raise loading.timeout for slow warm-ups, or turn the gate off (spec.engine.warmup.enabled: false).", true},
+	{servingv1.ReasonEngineCrashLooping, "The engine container keeps exiting (crash, OOM kill, bad arguments); the message gives the exit code and the last line of its log.",
+		"Read the engine's log (kubectl aii logs NAME); fix spec.engine.args or image; on OOMKilled raise spec.resources memory or use more GPUs (spec.gpu.count).", true},
+	{servingv1.ReasonPodStartFailed, "A container cannot start: the image cannot be pulled (ErrImagePull, ImagePullBackOff, InvalidImageName) or its configuration is refused (CreateContainerConfigError: a missing Secret or key).",
+		"Fix the image name or tag, add spec.imagePullSecrets for a private registry, or create the Secret or key the message names.", true},
+	{servingv1.ReasonPodCreateFailed, "The ReplicaSet cannot create pods: a ResourceQuota is exceeded, Pod Security admission or a policy webhook refuses them. The message quotes the API server.",
+		"Raise the quota, or let the namespace admit the pods (the default pods pass Pod Security restricted; a spec.engine.securityContext may not).", true},
+	{servingv1.ReasonRetryingLoad, "A load failed with a retryable error (network, store busy, stalled download, loader killed) and is tried again after a back-off.",
+		"Usually nothing: it recovers by itself. If it repeats, fix what lastFailure names (the store's reachability, the pod's memory).", true},
+	{servingv1.ReasonLoadFailed, "A load failed permanently (the source is missing, access is denied, the files do not match their checksums, the configuration is invalid); loads stopped.",
+		"Fix the cause in lastFailure, " + retryHint + ".", true},
+	{servingv1.ReasonRetriesExhausted, "Loads failed more than loading.maxRetries times; loads stopped.", "Fix the cause in lastFailure (or raise loading.maxRetries), " + retryHint + ".", true},
+	{servingv1.ReasonLoadTimeout, "A loader ran past loading.timeout and did not stop by itself; its pod was replaced.", "Raise spec.loading.timeout for a large model or slow storage, or bring the store nearer.", true},
+	{servingv1.ReasonModelLoaded, "A replica holds the complete, verified model.", "", false},
+	{servingv1.ReasonNotLoaded, "No replica has finished loading yet.", "", false},
+	{servingv1.ReasonMinimumReplicasAvailable, "At least one replica serves traffic.", "", false},
+	{servingv1.ReasonNoReadyReplicas, "No replica serves traffic.", "See the Ready condition's reason.", false},
+	{servingv1.ReasonSecretNotFound, "A Secret that the spec names (S3 credentials, an HTTP bearer token) does not exist in the namespace; nothing is started.", "Create the Secret with the keys the message lists, or fix the name in the spec.", true},
+	{servingv1.ReasonSecretKeyMissing, "A Secret that the spec names lacks a key it needs.", "Add the key to the Secret, or name the key that holds it in the spec.", true},
+	{servingv1.ReasonPVCNotFound, "A PersistentVolumeClaim that the spec names (the model's source, or the cache) does not exist; nothing is started.", "Create the claim, or fix spec.model.source.pvc.claimName / spec.cache.pvc.claimName.", true},
+	{servingv1.ReasonRollingOut, "The current spec serves on every desired replica; replicas of an earlier spec are being removed.", "", false},
+	{servingv1.ReasonNameConflict, "An object with a child's name (ConfigMap NAME-loader, Deployment or Service NAME, PVC NAME-model-cache) exists and does not belong to this AIInference; the operator never adopts it.",
+		"Delete or rename the other object, or give the AIInference another name.", true},
+	{servingv1.ReasonReconcileError, "A request of the operator to the API server failed (an admission policy, a quota, missing RBAC, the API server unreachable); the pass is retried with back-off. The message quotes the API server.",
+		"Act on the message: allow the child in the policy, raise the quota, grant the operator's RBAC.", true},
+	{servingv1.ReasonProgressDeadlineExceeded, "The rollout made no progress within the Deployment's progress deadline (sized from loading.timeout); the message adds why the replicas do not become ready.",
+		"Act on the cause in the message; the rollout goes on once it is fixed.", true},
+	{servingv1.ReasonPartiallyAvailable, "Some but not all desired replicas serve.", "Wait, or see why the others do not (kubectl aii why NAME).", false},
+
+	// Reasons in status.lastFailure: the loader's, and the kubelet's for a killed loader.
+	{loadspec.ReasonNotFound, "The loader found no model at the source: the bucket, prefix, URL or path does not exist or is empty. Permanent: loads stop.",
+		"Fix spec.model.source (bucket, prefix, URL or path), " + retryHint + ".", true},
+	{loadspec.ReasonAccessDenied, "The store refused the credentials (403/401). Permanent: loads stop.",
+		"Fix the credentials Secret or the store's policy (read access to the bucket and prefix), " + retryHint + ".", true},
+	{loadspec.ReasonChecksumMismatch, "A downloaded file does not match its checksum (the store's, or the manifest's): the stored model is corrupt or changed during the load. Permanent: loads stop.",
+		"Re-upload the model (or let the upload finish), " + retryHint + ".", true},
+	{loadspec.ReasonInvalidConfig, "The loader's configuration is invalid (an unusable source). Permanent: loads stop.", "Fix spec.model.source, " + retryHint + ".", true},
+	{loadspec.ReasonTimeout, "The loader's download did not finish within loading.timeout; retried.", "Raise spec.loading.timeout for a large model or slow storage.", true},
+	{loadspec.ReasonTransient, "A retryable error: the network, the store busy (5xx, throttling), or a download that stalled (no byte for the stall timeout and cut by the watchdog); retried with back-off.",
+		"Usually nothing; if it repeats, check the store's reachability from the nodes and its load.", true},
+	{loadspec.ReasonHalted, "The loader refused to start: the operator halted loads, or this pod spent its attempts.", "See the object's Ready reason (LoadFailed or RetriesExhausted).", true},
+	{"OOMKilled", "The kubelet killed the loader for exceeding its memory limit (exit 137); retried.", "Raise the loader's memory (spec.resources) or use a Disk or PVC cache (spec.cache) rather than Memory for a large model.", true},
+}
+
+var byReason = func() map[string]Explanation {
+	m := make(map[string]Explanation, len(All))
+	for _, e := range All {
+		m[e.Reason] = e
+	}
+	return m
+}()
+
+// Explain says what a reason means and how to fix it. Unknown reasons (a loader
+// exit code without a report, "LoaderExitN") get a generic explanation.
+func Explain(reason string) Explanation {
+	if e, ok := byReason[reason]; ok {
+		return e
+	}
+	return Explanation{Reason: reason, Meaning: "The loader exited with an unexpected code and left no report.",
+		Fix: "Read the loader's log (kubectl aii logs NAME --loader).", Problem: true}
+}
+
+// MarkdownTable is the table of docs/failure-reasons.md.
+func MarkdownTable() string {
+	var b strings.Builder
+	b.WriteString("| reason | what it means | what to do |\n| --- | --- | --- |\n")
+	for _, e := range All {
+		fix := e.Fix
+		if fix == "" {
+			fix = "nothing"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", e.Reason, escape(e.Meaning), escape(fix))
+	}
+	return b.String()
+}
+
+func escape(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
