@@ -20,6 +20,10 @@ func main() {
 	flag.BoolVar(&opts.LeaderElection, "leader-elect", false, "Elect a leader, so only one of several operator replicas acts at a time.")
 	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election lease; defaults to the pod's namespace.")
 	flag.StringVar(&opts.LoaderImage, "loader-image", manager.DefaultLoaderImage, "Image of the model loader init container.")
+	flag.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "How many AIInference objects are reconciled at once.")
+	var qps float64
+	flag.Float64Var(&qps, "kube-api-qps", 50, "Requests per second the operator may send to the API server (client-go's token bucket).")
+	flag.IntVar(&opts.KubeAPIBurst, "kube-api-burst", 100, "Requests the operator may send to the API server in a burst above --kube-api-qps.")
 	var webhooks bool
 	wh := webhook.Options{CertMode: webhook.CertSelfManaged}
 	var webhookService string
@@ -37,6 +41,7 @@ func main() {
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	opts.KubeAPIQPS = float32(qps)
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
 

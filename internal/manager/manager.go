@@ -41,6 +41,13 @@ type Options struct {
 	// Webhook, when set, serves the admission and conversion webhooks (and manages
 	// their certificate); readiness then waits for them. Nil runs without webhooks.
 	Webhook *webhook.Options
+	// MaxConcurrentReconciles is how many AIInference objects are reconciled at
+	// once; zero means one.
+	MaxConcurrentReconciles int
+	// KubeAPIQPS and KubeAPIBurst bound the operator's requests to the API server;
+	// zero keeps client-go's defaults (20 and 30).
+	KubeAPIQPS   float32
+	KubeAPIBurst int
 }
 
 // Scheme knows the built-in types and the AIInference API.
@@ -58,6 +65,10 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		opts.LoaderImage = DefaultLoaderImage
 	}
 	scheme := Scheme()
+	if opts.KubeAPIQPS > 0 || opts.KubeAPIBurst > 0 {
+		cfg = rest.CopyConfig(cfg)
+		cfg.QPS, cfg.Burst = opts.KubeAPIQPS, opts.KubeAPIBurst
+	}
 	// Only children the operator made are cached, not every pod or ConfigMap of the cluster.
 	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{aiinference.LabelManagedBy: aiinference.ManagedByValue})}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -111,7 +122,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		Logs:      aiinference.PodLogs{Client: clientset},
 		Now:       time.Now,
 	}
-	if err := r.SetupWithManager(mgr); err != nil {
+	if err := r.SetupWithManager(mgr, opts.MaxConcurrentReconciles); err != nil {
 		return nil, fmt.Errorf("setting up the AIInference controller: %w", err)
 	}
 	return mgr, nil

@@ -20,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -220,10 +221,12 @@ var warningReasons = map[string]bool{
 	servingv1.ReasonProgressDeadlineExceeded: true,
 }
 
-// SetupWithManager registers the controller. Pods are watched through the label
-// their template carries, since their owner is a ReplicaSet, not the AIInference.
-func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+// SetupWithManager registers the controller, reconciling up to concurrency
+// objects at once. Pods are watched through the label their template carries,
+// since their owner is a ReplicaSet, not the AIInference.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
 	return ctrl.NewControllerManagedBy(mgr).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(concurrency, 1)}).
 		// A new generation, or a retry asked for through the requestedAt annotation.
 		For(&servingv1.AIInference{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&appsv1.Deployment{}).
