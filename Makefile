@@ -34,6 +34,10 @@ build: ## Build the operator and the model loader into bin/
 	go build -o bin/manager ./cmd/manager
 	go build -o bin/model-loader ./cmd/model-loader
 
+.PHONY: images
+images: ## Build the operator's and the model loader's OCI images (amd64, arm64) into bin/images, no Docker needed
+	hack/images/release.sh bin/images
+
 .PHONY: run
 run: ## Run the operator against the cluster of the current KUBECONFIG
 	go run ./cmd/manager
@@ -53,6 +57,7 @@ tools: ## Build (or reuse) every real binary and image the tests need
 # and name the missing piece.
 test: tools vet ## Everything CI runs: unit, envtest integration, loader, end-to-end and real-node tests
 	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./... -count=1 -timeout 45m
+	cd hack/images && go test ./... -count=1 -timeout 5m
 
 .PHONY: test-e2e
 test-e2e: ## Only the end-to-end tests on a local cluster with simulated GPU nodes

@@ -4,12 +4,14 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"os"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/aiinference/operator/internal/manager"
+	"github.com/aiinference/operator/internal/version"
 	"github.com/aiinference/operator/internal/webhook"
 )
 
@@ -38,10 +40,15 @@ func main() {
 	flag.StringVar(&wh.CRDName, "webhook-crd-name", webhook.DefaultCRDName, "CRD whose conversion webhook gets the CA bundle.")
 	flag.StringVar(&wh.MutatingConfigName, "webhook-mutating-config", webhook.DefaultMutatingConfigName, "MutatingWebhookConfiguration that gets the CA bundle.")
 	flag.StringVar(&wh.ValidatingConfigName, "webhook-validating-config", webhook.DefaultValidatingConfigName, "ValidatingWebhookConfiguration that gets the CA bundle.")
+	printVersion := flag.Bool("version", false, "Print the version and exit.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	opts.KubeAPIQPS = float32(qps)
+	if *printVersion {
+		fmt.Println(version.Version)
+		return
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
 

@@ -8,13 +8,19 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/aiinference/operator/internal/loader"
+	"github.com/aiinference/operator/internal/version"
 	"github.com/aiinference/operator/internal/warmup"
 )
 
 func main() {
+	if len(os.Args) == 2 && (os.Args[1] == "--version" || os.Args[1] == "-version") {
+		fmt.Println(version.Version)
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == "warmup" {
 		os.Exit(warmup.Main(os.Args[2:], os.Stderr))
 	}

@@ -1,7 +1,8 @@
 // Command images writes an image made of one static binary as a tarball that
 // `ctr -n k8s.io images import --local` accepts, with no Docker daemon and no
 // registry. hack/tools/build.sh (group images) runs it for the real nodes of the
-// local cluster.
+// local cluster. `images release` (release.go, run by `make images`) builds the
+// operator's and the model loader's published multi-platform images.
 //
 // The layer is built with fixed timestamps and owners, so the same binary and
 // flags always give the same image digest.
@@ -26,6 +27,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "release" {
+		if err := releaseMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "images release:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	binary := flag.String("binary", "", "static binary to put in the image (required)")
 	entrypoint := flag.String("entrypoint", "", "path of the binary in the image (default: /<base name of -binary>)")
 	tag := flag.String("tag", "", "image reference written into the tarball, e.g. localcluster.local/pause:3.10 (required)")

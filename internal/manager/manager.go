@@ -24,11 +24,13 @@ import (
 	servingv1 "github.com/aiinference/operator/api/v1"
 	servingv1alpha1 "github.com/aiinference/operator/api/v1alpha1"
 	"github.com/aiinference/operator/internal/controller/aiinference"
+	"github.com/aiinference/operator/internal/version"
 	"github.com/aiinference/operator/internal/webhook"
 )
 
-// DefaultLoaderImage is the model loader image the operator puts in every pod.
-const DefaultLoaderImage = "ghcr.io/aiinference/model-loader:v0.1.0"
+// DefaultLoaderImage is the model loader image the operator puts in every pod:
+// the one `make images` builds for this version.
+var DefaultLoaderImage = version.LoaderImage()
 
 // Options are the operator's settings, set from flags in cmd/manager.
 type Options struct {

@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -35,6 +36,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
@@ -47,6 +49,7 @@ func main() {
 	var sizes string
 	flag.StringVar(&sizes, "n", "100,1000", "object counts to run, comma-separated")
 	flag.Parse()
+	ctrl.SetLogger(logr.Discard()) // the clients' own logs would drown the figures
 	if err := run(sizes); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-scale:", err)
 		os.Exit(1)

@@ -1,0 +1,21 @@
+// Package version is the operator's release version: what `manager --version` and
+// `model-loader --version` print, the tag `make images` gives both images, and
+// the tag config/manager and the default --loader-image name (a test keeps them
+// equal).
+package version
+
+// Version is the release version. `make images` may override it with
+// -ldflags "-X github.com/aiinference/operator/internal/version.Version=...".
+var Version = "v0.1.0"
+
+// OperatorRepository and LoaderRepository are the images' repositories, without a
+// registry host: a user pushes `make images`' output to a registry of their choice
+// and sets the chart's or kustomization's image to it.
+const (
+	OperatorRepository = "aiinference/operator"
+	LoaderRepository   = "aiinference/model-loader"
+)
+
+// OperatorImage and LoaderImage are the images of this version.
+func OperatorImage() string { return OperatorRepository + ":" + Version }
+func LoaderImage() string   { return LoaderRepository + ":" + Version }
