@@ -30,9 +30,10 @@ vet: ## go vet
 	go vet ./...
 
 .PHONY: build
-build: ## Build the operator and the model loader into bin/
+build: ## Build the operator, the model loader and the kubectl plugin (kubectl-aii) into bin/
 	go build -o bin/manager ./cmd/manager
 	go build -o bin/model-loader ./cmd/model-loader
+	go build -o bin/kubectl-aii ./cmd/kubectl-aii
 
 .PHONY: images
 images: ## Build the operator's and the model loader's OCI images (amd64, arm64) into bin/images, no Docker needed

@@ -1,0 +1,298 @@
+package kubectlaii
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/controller/aiinference"
+	"github.com/aiinference/operator/internal/reasons"
+	"github.com/aiinference/operator/internal/testutil"
+)
+
+// The plugin reads only what the API server holds, so these tests run it against
+// a real kube-apiserver (envtest) holding objects and statuses written by the
+// test, as the operator, the scheduler and the kubelet would have written them.
+var (
+	k8s        client.Client
+	kubeconfig string
+)
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	assets, err := testutil.EnvtestAssets()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "envtest binaries:", err)
+		return 1
+	}
+	root, err := testutil.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: assets, ErrorIfCRDPathMissing: true,
+		CRDDirectoryPaths: []string{filepath.Join(root, "config", "crd", "bases")}}
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting envtest:", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	if k8s, err = client.New(cfg, client.Options{Scheme: scheme()}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	user, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	data, err := user.KubeConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "kubectl-aii")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, data, 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+// aii runs the plugin as `kubectl aii ARGS... --kubeconfig K`.
+func aii(t *testing.T, args ...string) string {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd := NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+	cmd.SetArgs(append(args, "--kubeconfig", kubeconfig))
+	if err := cmd.ExecuteContext(context.Background()); err != nil {
+		t.Fatalf("kubectl aii %v: %v\n%s", args, err, errOut.String())
+	}
+	t.Logf("$ kubectl aii %s\n%s", strings.Join(args, " "), out.String())
+	return out.String()
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func namespace(t *testing.T, name string) string {
+	must(t, k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}))
+	return name
+}
+
+func inference(ns, name string) *servingv1.AIInference {
+	return &servingv1.AIInference{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: servingv1.AIInferenceSpec{
+			Model: servingv1.ModelSpec{Name: "llama-3.1-8b", Size: ptr.To(resource.MustParse("16Gi")),
+				Source: servingv1.ModelSource{S3: &servingv1.S3Source{Bucket: "models", Prefix: "llama/", Endpoint: "http://minio.storage:9000",
+					CredentialsSecretRef: &servingv1.S3CredentialsSecretRef{Name: "s3-creds"}}}},
+			Engine:   servingv1.EngineSpec{Type: servingv1.EngineVLLM},
+			GPU:      servingv1.GPUSpec{Count: 2, Products: []string{"NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"}},
+			Replicas: ptr.To[int32](1),
+		},
+	}
+}
+
+// setup creates the AIInference with the status the operator would have written,
+// its Deployment of template hash "h1", and its pods with the given statuses.
+func setup(t *testing.T, obj *servingv1.AIInference, status servingv1.AIInferenceStatus, pods ...*corev1.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	must(t, k8s.Create(ctx, obj))
+	status.ObservedGeneration = obj.Generation
+	for i := range status.Conditions {
+		status.Conditions[i].ObservedGeneration = obj.Generation
+		if status.Conditions[i].LastTransitionTime.IsZero() {
+			status.Conditions[i].LastTransitionTime = metav1.NewTime(time.Now().Add(-2 * time.Minute))
+		}
+	}
+	obj.Status = status
+	must(t, k8s.Status().Update(ctx, obj))
+	labels := map[string]string{aiinference.LabelInference: obj.Name}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: obj.Namespace, Name: obj.Name, Labels: labels},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{aiinference.AnnotationTemplateHash: "h1"}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "engine", Image: "vllm"}}},
+		}},
+	}
+	must(t, ctrlRef(obj, d))
+	must(t, k8s.Create(ctx, d))
+	for _, p := range pods {
+		st := p.Status
+		p.Namespace = obj.Namespace
+		p.Labels = labels
+		p.Annotations = map[string]string{aiinference.AnnotationTemplateHash: "h1"}
+		if len(p.Spec.Containers) == 0 {
+			p.Spec.Containers = []corev1.Container{{Name: "engine", Image: "vllm", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{aiinference.GPUResource: resource.MustParse("2")}, Limits: corev1.ResourceList{aiinference.GPUResource: resource.MustParse("2")}}}}
+			p.Spec.InitContainers = []corev1.Container{{Name: "model-loader", Image: "loader"}}
+		}
+		must(t, k8s.Create(ctx, p))
+		p.Status = st
+		must(t, k8s.Status().Update(ctx, p))
+	}
+}
+
+func ctrlRef(owner *servingv1.AIInference, obj client.Object) error {
+	obj.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: servingv1.GroupVersion.String(), Kind: "AIInference",
+		Name: owner.Name, UID: owner.UID, Controller: ptr.To(true)}})
+	return nil
+}
+
+func gpuNode(t *testing.T, name, product string, gpus int64) {
+	t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{aiinference.GPUProductLabel: product}}}
+	must(t, k8s.Create(context.Background(), n))
+	n.Status.Allocatable = corev1.ResourceList{aiinference.GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)}
+	n.Status.Capacity = n.Status.Allocatable
+	must(t, k8s.Status().Update(context.Background(), n))
+}
+
+func ready(reason, message string) []metav1.Condition {
+	return []metav1.Condition{{Type: servingv1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: message}}
+}
+
+func expectAll(t *testing.T, out string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q", w)
+		}
+	}
+}
+
+func TestLoading(t *testing.T) {
+	ns := namespace(t, "aii-loading")
+	gpuNode(t, "gpu-a100-0", "NVIDIA-A100-SXM4-80GB", 8)
+	started := metav1.NewTime(time.Now().Add(-10 * time.Minute))
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "llm-7d9f-abcde"}, Spec: corev1.PodSpec{NodeName: "gpu-a100-0"},
+		Status: corev1.PodStatus{Phase: corev1.PodPending,
+			Conditions:            []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}, {Type: corev1.PodReady, Status: corev1.ConditionFalse}},
+			InitContainerStatuses: []corev1.ContainerStatus{{Name: "model-loader", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}}}},
+			ContainerStatuses:     []corev1.ContainerStatus{{Name: "engine", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}}},
+		}}
+	setup(t, inference(ns, "llm"), servingv1.AIInferenceStatus{Phase: servingv1.PhaseLoading, Ready: "0/1", GPU: "2x NVIDIA-H100-80GB-HBM3 (+1)",
+		Conditions: ready(servingv1.ReasonLoading, "0 of 1 replicas run the current spec and are ready; pod llm-7d9f-abcde is loading the model")}, pod)
+
+	out := aii(t, "status", "llm", "-n", ns)
+	expectAll(t, out, "AIInference aii-loading/llm: Loading, 0/1 ready", "llm-7d9f-abcde", "gpu-a100-0", "NVIDIA-A100-SXM4-80GB", "loading for 10m", "PodInitializing", "Last load: none yet")
+
+	out = aii(t, "why", "llm", "-n", ns)
+	expectAll(t, out, "reason Loading", "└─ Pod llm-7d9f-abcde: Pending, on node gpu-a100-0 (NVIDIA-A100-SXM4-80GB)", "└─ Container model-loader: loading for 10m", "What to do:")
+
+	var report map[string]any
+	must(t, json.Unmarshal([]byte(aii(t, "status", "llm", "-n", ns, "-o", "json")), &report))
+	if report["apiVersion"] != ReportAPIVersion || report["kind"] != "AIInferenceStatus" || report["phase"] != "Loading" {
+		t.Errorf("-o json: %v", report)
+	}
+	expectAll(t, aii(t, "why", "llm", "-n", ns, "-o", "yaml"), "kind: AIInferenceWhy", "reason: Loading")
+}
+
+func TestFailed(t *testing.T) {
+	ns := namespace(t, "aii-failed")
+	failedAt := metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "llm-7d9f-xyz"}, Spec: corev1.PodSpec{NodeName: "gpu-a100-1"},
+		Status: corev1.PodStatus{Phase: corev1.PodPending,
+			InitContainerStatuses: []corev1.ContainerStatus{{Name: "model-loader", RestartCount: 1,
+				State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+				LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 21, Reason: "Error", FinishedAt: failedAt}}}},
+		}}
+	msg := "Loads stopped: a load failed permanently; last on pod llm-7d9f-xyz (SourceNotFound): no object under s3://models/llama/"
+	setup(t, inference(ns, "llm"), servingv1.AIInferenceStatus{Phase: servingv1.PhaseFailed, Ready: "0/1", LoadRetries: 1,
+		Conditions:  append(ready(servingv1.ReasonLoadFailed, msg), metav1.Condition{Type: servingv1.ConditionStalled, Status: metav1.ConditionTrue, Reason: servingv1.ReasonLoadFailed, Message: msg}),
+		LastFailure: &servingv1.LoadFailure{Reason: "SourceNotFound", Message: "no object under s3://models/llama/", Pod: "llm-7d9f-xyz", ExitCode: 21, Time: failedAt}}, pod)
+
+	out := aii(t, "status", "llm", "-n", ns)
+	expectAll(t, out, "Failed, 0/1 ready", "1 of 3 retries spent", "waiting: CrashLoopBackOff, 1 restarts (last exit 21 Error)",
+		"Last failure: SourceNotFound on pod llm-7d9f-xyz", "(exit code 21)", "Fix:   Fix spec.model.source")
+	out = aii(t, "why", "llm", "-n", ns)
+	expectAll(t, out, "is not Ready (phase Failed, reason LoadFailed)", "└─ Pod llm-7d9f-xyz", "└─ Container model-loader", "└─ LoadFailure SourceNotFound: SourceNotFound: no object under s3://models/llama/ (exit code 21)",
+		"What to do:    Fix spec.model.source", "requestedAt")
+
+	// Its history: the status's times and the events.
+	must(t, k8s.Create(context.Background(), &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "loader-failed"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "llm-7d9f-xyz", Namespace: ns}, Type: corev1.EventTypeWarning, Reason: "BackOff",
+		Message: "Back-off restarting failed container model-loader", LastTimestamp: failedAt, Count: 3}))
+	expectAll(t, aii(t, "trace", "llm", "-n", ns), "Created", "Ready=False", "LoadFailed", "BackOff", "(x3)", "status.lastFailure")
+}
+
+func TestUnschedulableCountsGPUs(t *testing.T) {
+	ns := namespace(t, "aii-unsched")
+	gpuNode(t, "gpu-h100-0", "NVIDIA-H100-80GB-HBM3", 8)
+	gpuNode(t, "gpu-l4-0", "NVIDIA-L4", 4)
+	// Another workload holds 7 of the H100 node's GPUs.
+	must(t, k8s.Create(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "training"},
+		Spec: corev1.PodSpec{NodeName: "gpu-h100-0", Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{aiinference.GPUResource: resource.MustParse("7")}, Limits: corev1.ResourceList{aiinference.GPUResource: resource.MustParse("7")}}}}}}))
+	sched := "0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s) didn't match Pod's node affinity/selector."
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "llm-7d9f-pend"}, Status: corev1.PodStatus{Phase: corev1.PodPending,
+		Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: sched}}}}
+	setup(t, inference(ns, "llm"), servingv1.AIInferenceStatus{Phase: servingv1.PhasePending, Ready: "0/1",
+		Conditions:  ready(servingv1.ReasonUnschedulable, "0 of 1 replicas run the current spec and are ready; pod llm-7d9f-pend cannot be scheduled: "+sched),
+		LastFailure: &servingv1.LoadFailure{Reason: servingv1.ReasonUnschedulable, Message: sched, Pod: "llm-7d9f-pend", Time: metav1.Now()}}, pod)
+	out := aii(t, "why", "llm", "-n", ns)
+	expectAll(t, out, "└─ Pod llm-7d9f-pend: Pending, not scheduled: Unschedulable: 0/3 nodes",
+		"Nodes nvidia.com/gpu.product: each replica needs 2 GPUs of NVIDIA-H100-80GB-HBM3 or NVIDIA-A100-SXM4-80GB; NVIDIA-H100-80GB-HBM3: 1 nodes, 8 GPUs, 1 free, 0 nodes with 2 free; NVIDIA-A100-SXM4-80GB:",
+		"What to do:    Free or add GPUs")
+}
+
+func TestReferencesAndConflicts(t *testing.T) {
+	ns := namespace(t, "aii-refs")
+	setup(t, inference(ns, "nosecret"), servingv1.AIInferenceStatus{Phase: servingv1.PhasePending,
+		Conditions: ready(servingv1.ReasonSecretNotFound, `Secret "s3-creds" named in spec.model.source.s3.credentialsSecretRef does not exist`)})
+	expectAll(t, aii(t, "why", "nosecret", "-n", ns), "└─ Secret s3-creds: named in spec.model.source.s3.credentialsSecretRef, does not exist in namespace aii-refs", "What to do:    Create the Secret")
+
+	must(t, k8s.Create(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "taken"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}))
+	setup(t, inference(ns, "taken"), servingv1.AIInferenceStatus{Phase: servingv1.PhasePending,
+		Conditions: ready(servingv1.ReasonNameConflict, `Service "taken" exists and is not controlled by this AIInference`)})
+	expectAll(t, aii(t, "why", "taken", "-n", ns), "└─ Service taken: exists with no controller; the operator will not adopt it", "What to do:    Delete or rename")
+}
+
+// TestEveryReasonHasAnAnswer: whatever reason Ready gives, why ends with what it
+// means and, for a problem, what to do.
+func TestEveryReasonHasAnAnswer(t *testing.T) {
+	ns := namespace(t, "aii-every")
+	for i, x := range reasons.All {
+		if x.Reason == servingv1.ReasonReady || x.Reason == servingv1.ReasonScaledToZero || strings.ToLower(x.Reason) == x.Reason {
+			continue
+		}
+		name := fmt.Sprintf("r%d", i)
+		setup(t, inference(ns, name), servingv1.AIInferenceStatus{Phase: servingv1.PhasePending, Conditions: ready(x.Reason, "message of "+x.Reason)})
+		out := aii(t, "why", name, "-n", ns)
+		expectAll(t, out, "reason "+x.Reason, "message of "+x.Reason, "What it means: "+x.Meaning)
+		if x.Problem && strings.Contains(out, "What to do:    -") {
+			t.Errorf("%s: why gives no fix", x.Reason)
+		}
+	}
+}

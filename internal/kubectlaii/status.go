@@ -1,0 +1,261 @@
+package kubectlaii
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/controller/aiinference"
+	"github.com/aiinference/operator/internal/reasons"
+)
+
+// StatusReport is what `status` shows.
+type StatusReport struct {
+	Namespace   string                `json:"namespace"`
+	Name        string                `json:"name"`
+	Phase       string                `json:"phase"`
+	Ready       string                `json:"ready"`
+	Model       string                `json:"model"`
+	Engine      string                `json:"engine"`
+	GPU         string                `json:"gpu"`
+	LoadRetries int32                 `json:"loadRetries"`
+	MaxRetries  int32                 `json:"maxRetries"`
+	Conditions  []ConditionReport     `json:"conditions"`
+	Replicas    []ReplicaReport       `json:"replicas"`
+	LastLoad    *servingv1.LoadReport `json:"lastLoad,omitempty"`
+	LastFailure *FailureReport        `json:"lastFailure,omitempty"`
+}
+
+// ConditionReport is one condition.
+type ConditionReport struct {
+	Type    string `json:"type"`
+	Status  string `json:"status"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+	Since   string `json:"since"`
+}
+
+// ReplicaReport is one pod of the object.
+type ReplicaReport struct {
+	Pod string `json:"pod"`
+	// Spec is "current" for pods of the current spec, "earlier" otherwise.
+	Spec       string `json:"spec"`
+	Node       string `json:"node,omitempty"`
+	GPUProduct string `json:"gpuProduct,omitempty"`
+	Ready      bool   `json:"ready"`
+	Loader     string `json:"loader"`
+	Warmup     string `json:"warmup,omitempty"`
+	Engine     string `json:"engine"`
+}
+
+// FailureReport is status.lastFailure with what it means and what to do.
+type FailureReport struct {
+	servingv1.LoadFailure `json:",inline"`
+	Meaning               string `json:"meaning"`
+	Fix                   string `json:"fix"`
+}
+
+// view is what the API server holds about one AIInference.
+type view struct {
+	obj        *servingv1.AIInference
+	deployment *appsv1.Deployment
+	pods       []corev1.Pod
+	nodes      map[string]*corev1.Node
+}
+
+func (e *env) load(name string) (*view, error) {
+	obj, err := e.get(name)
+	if err != nil {
+		return nil, err
+	}
+	v := &view{obj: obj, nodes: map[string]*corev1.Node{}}
+	d := &appsv1.Deployment{}
+	if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: obj.Namespace, Name: obj.Name}, d); err == nil && metav1.IsControlledBy(d, obj) {
+		v.deployment = d
+	}
+	pods := &corev1.PodList{}
+	if err := e.c.List(e.ctx, pods, client.InNamespace(obj.Namespace), client.MatchingLabels{aiinference.LabelInference: obj.Name}); err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	v.pods = pods.Items
+	sort.Slice(v.pods, func(i, j int) bool { return v.pods[i].CreationTimestamp.Before(&v.pods[j].CreationTimestamp) })
+	for _, p := range v.pods {
+		if n := p.Spec.NodeName; n != "" && v.nodes[n] == nil {
+			node := &corev1.Node{}
+			if err := e.c.Get(e.ctx, client.ObjectKey{Name: n}, node); err == nil {
+				v.nodes[n] = node
+			}
+		}
+	}
+	return v, nil
+}
+
+// current is true for a pod of the Deployment's current template.
+func (v *view) current(p *corev1.Pod) bool {
+	if v.deployment == nil {
+		return true
+	}
+	return p.Annotations[aiinference.AnnotationTemplateHash] == v.deployment.Spec.Template.Annotations[aiinference.AnnotationTemplateHash]
+}
+
+func (e *env) status(name string) error {
+	v, err := e.load(name)
+	if err != nil {
+		return err
+	}
+	r := statusReport(v, time.Now())
+	if done, err := e.printStructured("AIInferenceStatus", r); done {
+		return err
+	}
+	writeStatus(e.out, r)
+	return nil
+}
+
+func statusReport(v *view, now time.Time) StatusReport {
+	obj := v.obj
+	st := obj.Status
+	r := StatusReport{
+		Namespace: obj.Namespace, Name: obj.Name, Phase: string(st.Phase), Ready: st.Ready,
+		Model: obj.Spec.Model.Name, Engine: string(obj.Spec.Engine.Type), GPU: st.GPU,
+		LoadRetries: st.LoadRetries, MaxRetries: ptr.Deref(obj.Spec.Loading.MaxRetries, aiinference.DefaultMaxRetries), LastLoad: st.LastLoad,
+	}
+	for _, c := range st.Conditions {
+		r.Conditions = append(r.Conditions, ConditionReport{Type: c.Type, Status: string(c.Status), Reason: c.Reason, Message: c.Message, Since: age(c.LastTransitionTime, now)})
+	}
+	for i := range v.pods {
+		p := &v.pods[i]
+		rep := ReplicaReport{Pod: p.Name, Spec: "earlier", Node: p.Spec.NodeName, Loader: "not started", Engine: "not started"}
+		if v.current(p) {
+			rep.Spec = "current"
+		}
+		if n := v.nodes[p.Spec.NodeName]; n != nil {
+			rep.GPUProduct = n.Labels[aiinference.GPUProductLabel]
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				rep.Ready = true
+			}
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+				rep.Node = "(unscheduled: " + c.Reason + ")"
+			}
+		}
+		for _, cs := range p.Status.InitContainerStatuses {
+			switch cs.Name {
+			case aiinference.LoaderContainerName:
+				rep.Loader = containerState(cs, now, true)
+			case aiinference.WarmupContainerName:
+				rep.Warmup = containerState(cs, now, false)
+			}
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.Name == aiinference.EngineContainerName {
+				rep.Engine = containerState(cs, now, false)
+			}
+		}
+		r.Replicas = append(r.Replicas, rep)
+	}
+	if f := st.LastFailure; f != nil {
+		x := reasons.Explain(f.Reason)
+		r.LastFailure = &FailureReport{LoadFailure: *f, Meaning: x.Meaning, Fix: x.Fix}
+	}
+	return r
+}
+
+// containerState is one line on a container: running (ready), waiting (why),
+// or exited (code, reason), with its restarts.
+func containerState(cs corev1.ContainerStatus, now time.Time, loader bool) string {
+	var s string
+	switch st := cs.State; {
+	case st.Running != nil:
+		s = "running " + age(st.Running.StartedAt, now)
+		if loader {
+			s = "loading for " + age(st.Running.StartedAt, now)
+		} else if cs.Ready {
+			s += ", ready"
+		} else {
+			s += ", not ready"
+		}
+	case st.Terminated != nil && st.Terminated.ExitCode == 0 && loader:
+		s = "loaded " + age(st.Terminated.FinishedAt, now) + " ago"
+	case st.Terminated != nil:
+		s = fmt.Sprintf("exited %d (%s) %s ago", st.Terminated.ExitCode, st.Terminated.Reason, age(st.Terminated.FinishedAt, now))
+	case st.Waiting != nil:
+		s = "waiting: " + st.Waiting.Reason
+	default:
+		s = "unknown"
+	}
+	if cs.RestartCount > 0 {
+		s += fmt.Sprintf(", %d restarts", cs.RestartCount)
+		if t := cs.LastTerminationState.Terminated; t != nil {
+			s += fmt.Sprintf(" (last exit %d %s)", t.ExitCode, t.Reason)
+		}
+	}
+	return s
+}
+
+func age(t metav1.Time, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return duration.HumanDuration(now.Sub(t.Time))
+}
+
+func writeStatus(out io.Writer, r StatusReport) {
+	fmt.Fprintf(out, "AIInference %s/%s: %s, %s ready\n", r.Namespace, r.Name, r.Phase, r.Ready)
+	fmt.Fprintf(out, "Model %s on %s, %s per replica; %d of %d retries spent\n\n", r.Model, r.Engine, r.GPU, r.LoadRetries, r.MaxRetries)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONDITION\tSTATUS\tREASON\tSINCE\tMESSAGE")
+	for _, c := range r.Conditions {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, c.Since, c.Message)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(out)
+	if len(r.Replicas) == 0 {
+		fmt.Fprintln(out, "No pods.")
+	} else {
+		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "POD\tSPEC\tNODE\tGPU\tREADY\tLOADER\tWARMUP\tENGINE")
+		for _, p := range r.Replicas {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\t%s\t%s\t%s\n", p.Pod, p.Spec, dash(p.Node), dash(p.GPUProduct), p.Ready, p.Loader, dash(p.Warmup), p.Engine)
+		}
+		_ = tw.Flush()
+	}
+	if l := r.LastLoad; l != nil {
+		verified := "size-checked only"
+		if l.Verified {
+			verified = "verified"
+		}
+		how := fmt.Sprintf("%d files, %d bytes (%d fetched) in %s at %s, %s", l.Files, l.Bytes, l.BytesFetched, l.Duration.Duration, l.Throughput, verified)
+		if l.CacheHit {
+			how = fmt.Sprintf("%d files, %d bytes found complete in the cache", l.Files, l.Bytes)
+		}
+		fmt.Fprintf(out, "\nLast load: pod %s, %s\n", l.Pod, how)
+	} else {
+		fmt.Fprintln(out, "\nLast load: none yet")
+	}
+	if f := r.LastFailure; f != nil {
+		fmt.Fprintf(out, "Last failure: %s on pod %s at %s", f.Reason, dash(f.Pod), f.Time.UTC().Format(time.RFC3339))
+		if f.ExitCode != 0 {
+			fmt.Fprintf(out, " (exit code %d)", f.ExitCode)
+		}
+		fmt.Fprintf(out, "\n  %s\n  Means: %s\n  Fix:   %s\n", strings.TrimSpace(f.Message), f.Meaning, dash(f.Fix))
+	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
