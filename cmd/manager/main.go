@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -21,6 +22,11 @@ func main() {
 	flag.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Address the health probe endpoint binds to.")
 	flag.BoolVar(&opts.LeaderElection, "leader-elect", false, "Elect a leader, so only one of several operator replicas acts at a time.")
 	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election lease; defaults to the pod's namespace.")
+	flag.DurationVar(&opts.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a replica waits after the leader's last renewal before it takes the lease.")
+	flag.DurationVar(&opts.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps retrying to renew before it gives up leading (and exits).")
+	flag.DurationVar(&opts.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "How often replicas try to acquire or renew the lease.")
+	flag.BoolVar(&opts.MetricsSecure, "metrics-secure", false, "Serve metrics over HTTPS to callers whose token the API server authenticates and authorizes for GET /metrics (the aiinference-metrics-reader ClusterRole); config/default turns it on.")
+	flag.StringVar(&opts.MetricsCertDir, "metrics-cert-dir", "", "Folder of the metrics server's tls.crt and tls.key; empty: a self-signed certificate.")
 	flag.StringVar(&opts.LoaderImage, "loader-image", manager.DefaultLoaderImage, "Image of the model loader init container.")
 	flag.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "How many AIInference objects are reconciled at once.")
 	var qps float64

@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	servingv1alpha1 "github.com/aiinference/operator/api/v1alpha1"
@@ -34,12 +33,22 @@ var DefaultLoaderImage = version.LoaderImage()
 
 // Options are the operator's settings, set from flags in cmd/manager.
 type Options struct {
-	MetricsBindAddress     string
+	MetricsBindAddress string
+	// MetricsSecure serves metrics over HTTPS to authenticated, authorized
+	// callers only (see metricsOptions); MetricsCertDir holds its tls.crt and
+	// tls.key, or is empty for a self-signed certificate.
+	MetricsSecure          bool
+	MetricsCertDir         string
 	HealthProbeBindAddress string
 	LeaderElection         bool
 	// LeaderElectionNamespace is where the lease lives; empty means the pod's namespace.
 	LeaderElectionNamespace string
-	LoaderImage             string
+	// LeaseDuration, RenewDeadline and RetryPeriod are the leader election's
+	// timing; zero keeps controller-runtime's defaults (15 s, 10 s, 2 s): a
+	// replica takes over at most LeaseDuration + RetryPeriod after the leader dies.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+
+	LoaderImage string
 	// Webhook, when set, serves the admission and conversion webhooks (and manages
 	// their certificate); readiness then waits for them. Nil runs without webhooks.
 	Webhook *webhook.Options
@@ -75,11 +84,14 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{aiinference.LabelManagedBy: aiinference.ManagedByValue})}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsBindAddress},
+		Metrics:                 metricsOptions(opts),
 		HealthProbeBindAddress:  opts.HealthProbeBindAddress,
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        "aiinference-operator.serving.aiinference.io",
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
+		LeaseDuration:           nonZero(opts.LeaseDuration),
+		RenewDeadline:           nonZero(opts.RenewDeadline),
+		RetryPeriod:             nonZero(opts.RetryPeriod),
 		// Hand the lease over at once on a clean shutdown, so a restart does not wait
 		// for the lease to expire.
 		LeaderElectionReleaseOnCancel: true,
@@ -131,3 +143,11 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// nonZero is d, or nil (the default) when d is zero.
+func nonZero(d time.Duration) *time.Duration {
+	if d == 0 {
+		return nil
+	}
+	return &d
+}

@@ -90,7 +90,7 @@ func Setup(mgr manager.Manager, opts Options) (healthz.Checker, error) {
 	if opts.CertDir == "" {
 		opts.CertDir = DefaultCertDir
 	}
-	server := webhook.NewServer(webhook.Options{Host: opts.Host, Port: opts.Port, CertDir: opts.CertDir})
+	server := webhook.NewServer(webhook.Options{Host: opts.Host, Port: opts.Port, CertDir: opts.CertDir, TLSOpts: TLSOptions()})
 	Register(server, mgr.GetScheme())
 
 	certsReady := make(chan struct{})
