@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -25,6 +26,8 @@ func main() {
 	flag.DurationVar(&opts.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a replica waits after the leader's last renewal before it takes the lease.")
 	flag.DurationVar(&opts.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps retrying to renew before it gives up leading (and exits).")
 	flag.DurationVar(&opts.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "How often replicas try to acquire or renew the lease.")
+	var watchNamespaces string
+	flag.StringVar(&watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces to watch and act in (namespace mode: needs only Roles there, see config/namespaced); empty: all namespaces.")
 	flag.BoolVar(&opts.MetricsSecure, "metrics-secure", false, "Serve metrics over HTTPS to callers whose token the API server authenticates and authorizes for GET /metrics (the aiinference-metrics-reader ClusterRole); config/default turns it on.")
 	flag.StringVar(&opts.MetricsCertDir, "metrics-cert-dir", "", "Folder of the metrics server's tls.crt and tls.key; empty: a self-signed certificate.")
 	flag.StringVar(&opts.LoaderImage, "loader-image", manager.DefaultLoaderImage, "Image of the model loader init container.")
@@ -51,6 +54,11 @@ func main() {
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	opts.KubeAPIQPS = float32(qps)
+	for _, ns := range strings.Split(watchNamespaces, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			opts.WatchNamespaces = append(opts.WatchNamespaces, ns)
+		}
+	}
 	if *printVersion {
 		fmt.Println(version.Version)
 		return

@@ -48,6 +48,11 @@ type Options struct {
 	// replica takes over at most LeaseDuration + RetryPeriod after the leader dies.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 
+	// WatchNamespaces, when set, limits the operator to these namespaces: it
+	// caches, watches and writes nothing elsewhere, and needs only Roles there
+	// (config/namespaced). Empty watches every namespace.
+	WatchNamespaces []string
+
 	LoaderImage string
 	// Webhook, when set, serves the admission and conversion webhooks (and manages
 	// their certificate); readiness then waits for them. Nil runs without webhooks.
@@ -97,7 +102,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		LeaderElectionReleaseOnCancel: true,
 		GracefulShutdownTimeout:       ptrTo(30 * time.Second),
 		// managedFields are the largest part of a cached object and nothing reads them.
-		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
+		Cache: cache.Options{DefaultNamespaces: namespaces(opts.WatchNamespaces), DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:                   managed,
 			&corev1.ConfigMap{}:             managed,
 			&corev1.Service{}:               managed,
@@ -150,4 +155,16 @@ func nonZero(d time.Duration) *time.Duration {
 		return nil
 	}
 	return &d
+}
+
+// namespaces is the cache's namespaces: nil (all) or those listed.
+func namespaces(list []string) map[string]cache.Config {
+	if len(list) == 0 {
+		return nil
+	}
+	m := map[string]cache.Config{}
+	for _, ns := range list {
+		m[ns] = cache.Config{}
+	}
+	return m
 }

@@ -149,4 +149,6 @@ func TestSecureMetrics(t *testing.T) {
 	}
 }
 
-func containsMetric(body, name string) bool { return strings.Contains(body, "\n"+name+"{") || strings.HasPrefix(body, name) }
+func containsMetric(body, name string) bool {
+	return strings.Contains(body, "\n"+name+"{") || strings.HasPrefix(body, name)
+}

@@ -27,8 +27,14 @@ import (
 )
 
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update,namespace=system
-// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch;update
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;list;watch;update
+// The rotator writes CA bundles into the operator's own CRD and webhook
+// configurations only (resourceNames: the default names; flags that rename them
+// need these rules renamed too). Its informers list and watch the kinds, which
+// RBAC cannot narrow by name.
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=list;watch
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;update,resourceNames=aiinferences.serving.aiinference.io
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=list;watch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;update,resourceNames=aiinference-mutating-webhook-configuration;aiinference-validating-webhook-configuration
 
 // CertMode is who issues the webhook serving certificate.
 type CertMode string

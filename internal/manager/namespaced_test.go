@@ -1,0 +1,159 @@
+package manager
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/testutil"
+)
+
+// TestNamespaceMode runs the operator with --watch-namespaces=team-a as a
+// ServiceAccount that holds only config/namespaced's Role in team-a and the
+// leader election Role in its own namespace, against a real kube-apiserver that
+// enforces RBAC: the operator starts, reconciles an AIInference in team-a
+// (reading its credentials Secret, writing the children and the status), and
+// leaves one in team-b alone, where it may not even read.
+func TestNamespaceMode(t *testing.T) {
+	assets, err := testutil.EnvtestAssets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := testutil.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: assets, CRDDirectoryPaths: []string{filepath.Join(root, "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	admin, err := client.New(cfg, client.Options{Scheme: Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, ns := range []string{"aiinference-system", "team-a", "team-b"} {
+		must(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	}
+	must(admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "aiinference-system", Name: "aiinference-controller-manager"}}))
+
+	// The shipped Role and RoleBinding, in team-a only.
+	raw, err := os.ReadFile(filepath.Join(root, "config", "namespaced", "role.yaml"))
+	must(err)
+	docs := bytes.Split(raw, []byte("\n---\n"))
+	var role rbacv1.Role
+	var binding rbacv1.RoleBinding
+	must(yaml.Unmarshal(docs[0], &role))
+	must(yaml.Unmarshal(docs[1], &binding))
+	role.Namespace, binding.Namespace = "team-a", "team-a"
+	must(admin.Create(ctx, &role))
+	must(admin.Create(ctx, &binding))
+	// The leader election Role of config/rbac, in the operator's namespace.
+	raw, err = os.ReadFile(filepath.Join(root, "config", "rbac", "leader_election_role.yaml"))
+	must(err)
+	var le rbacv1.Role
+	must(yaml.Unmarshal(raw, &le))
+	le.Namespace = "aiinference-system"
+	must(admin.Create(ctx, &le))
+	must(admin.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "aiinference-system", Name: "leader-election"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: le.Name},
+		Subjects:   binding.Subjects,
+	}))
+
+	tr, err := cs.CoreV1().ServiceAccounts("aiinference-system").CreateToken(ctx, "aiinference-controller-manager", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	must(err)
+	saCfg := &rest.Config{Host: cfg.Host, BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: cfg.CAData}}
+	// The token really is that narrow: it may not list Deployments cluster-wide.
+	if _, err := kubernetes.NewForConfigOrDie(saCfg).AppsV1().Deployments("").List(ctx, metav1.ListOptions{}); err == nil {
+		t.Fatal("the operator's token lists Deployments in every namespace; the test would prove nothing")
+	}
+
+	mgr, err := New(saCfg, Options{
+		WatchNamespaces: []string{"team-a"}, LeaderElection: true, LeaderElectionNamespace: "aiinference-system",
+		MetricsBindAddress: "0", HealthProbeBindAddress: "0", LoaderImage: "example.test/model-loader:test",
+	})
+	must(err)
+	mgrCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mgrCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+
+	for _, ns := range []string{"team-a", "team-b"} {
+		must(admin.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-creds"},
+			StringData: map[string]string{"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret"},
+		}))
+		must(admin.Create(ctx, namespacedInference(ns)))
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var obj servingv1.AIInference
+		must(admin.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "chat"}, &obj))
+		depErr := admin.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "chat"}, &appsv1.Deployment{})
+		if depErr == nil && obj.Status.Phase != "" && obj.Status.ObservedGeneration == obj.Generation {
+			t.Logf("team-a/chat: phase %s, Deployment made, as a ServiceAccount with Roles only", obj.Status.Phase)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("team-a/chat not reconciled: status %+v, Deployment: %v", obj.Status, depErr)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	var other servingv1.AIInference
+	must(admin.Get(ctx, client.ObjectKey{Namespace: "team-b", Name: "chat"}, &other))
+	if other.Status.Phase != "" {
+		t.Errorf("team-b/chat, outside the watched namespaces, has a status: %+v", other.Status)
+	}
+}
+
+func namespacedInference(ns string) *servingv1.AIInference {
+	return &servingv1.AIInference{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "chat"},
+		Spec: servingv1.AIInferenceSpec{
+			Model: servingv1.ModelSpec{
+				Name: "llama-3.1-8b",
+				Size: ptr.To(resource.MustParse("16Gi")),
+				Source: servingv1.ModelSource{S3: &servingv1.S3Source{
+					Bucket: "models", Prefix: "llama-3.1-8b/", Endpoint: "http://minio.storage:9000", PathStyle: true,
+					CredentialsSecretRef: &servingv1.S3CredentialsSecretRef{Name: "s3-creds"},
+				}},
+			},
+			Engine:   servingv1.EngineSpec{Type: servingv1.EngineVLLM},
+			GPU:      servingv1.GPUSpec{Count: 1, Products: []string{"NVIDIA-L4"}},
+			Replicas: ptr.To[int32](1),
+		},
+	}
+}
