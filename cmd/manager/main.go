@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/aiinference/operator/internal/manager"
+	"github.com/aiinference/operator/internal/tracing"
 	"github.com/aiinference/operator/internal/version"
 	"github.com/aiinference/operator/internal/webhook"
 )
@@ -49,6 +51,10 @@ func main() {
 	flag.StringVar(&wh.CRDName, "webhook-crd-name", webhook.DefaultCRDName, "CRD whose conversion webhook gets the CA bundle.")
 	flag.StringVar(&wh.MutatingConfigName, "webhook-mutating-config", webhook.DefaultMutatingConfigName, "MutatingWebhookConfiguration that gets the CA bundle.")
 	flag.StringVar(&wh.ValidatingConfigName, "webhook-validating-config", webhook.DefaultValidatingConfigName, "ValidatingWebhookConfiguration that gets the CA bundle.")
+	var traceOpts tracing.Options
+	flag.StringVar(&traceOpts.Endpoint, "otlp-endpoint", "", "OTLP gRPC endpoint (host:port) to send reconcile traces to; empty (the default) turns tracing off.")
+	flag.BoolVar(&traceOpts.Insecure, "otlp-insecure", false, "Send traces to --otlp-endpoint without TLS.")
+	flag.Float64Var(&traceOpts.SampleRatio, "trace-sample-ratio", 1, "Share of reconciles traced when --otlp-endpoint is set, 0 to 1.")
 	printVersion := flag.Bool("version", false, "Print the version and exit.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -72,6 +78,14 @@ func main() {
 		}
 		opts.Webhook = &wh
 	}
+
+	shutdownTracing, err := tracing.Setup(context.Background(), traceOpts)
+	if err != nil {
+		log.Error(err, "Unable to set up tracing")
+		os.Exit(1)
+	}
+	// Flushes the spans not sent yet on a clean stop.
+	defer func() { _ = shutdownTracing(context.Background()) }()
 
 	cfg, err := ctrl.GetConfig()
 	if err != nil {

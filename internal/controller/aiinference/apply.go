@@ -41,6 +41,12 @@ const (
 // it with the AIInference); the conflict is recorded for status. existing is
 // filled with the object found, if any.
 func (r *Reconciler) apply(ctx context.Context, s *scope, desired, existing client.Object) (applyResult, error) {
+	res, err := r.applyChild(ctx, s, desired, existing)
+	recordApply(ctx, desired, res, err)
+	return res, err
+}
+
+func (r *Reconciler) applyChild(ctx context.Context, s *scope, desired, existing client.Object) (applyResult, error) {
 	hash := hashOf(desired)
 	annotations := desired.GetAnnotations()
 	if annotations == nil {

@@ -26,6 +26,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/engine"
 )
@@ -81,16 +84,29 @@ type scope struct {
 // Reconcile brings the children of one AIInference in line with its spec and
 // writes what it observed to its status.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+	ctx, span := tracer.Start(ctx, "Reconcile", trace.WithAttributes(attrNamespace.String(req.Namespace), attrName.String(req.Name)))
+	defer func() {
+		ctrl.LoggerFrom(ctx).V(1).Info("Reconciled", "requeueAfter", result.RequeueAfter, "failed", retErr != nil)
+		span.SetAttributes(attribute.String("requeueAfter", result.RequeueAfter.String()))
+		endWith(span, retErr)
+		span.End()
+	}()
+	if sc := span.SpanContext(); sc.IsValid() {
+		ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("traceID", sc.TraceID().String()))
+	}
 	obj := &servingv1.AIInference{}
 	if err := r.Get(ctx, req.NamespacedName, obj); err != nil {
 		if apierrors.IsNotFound(err) {
 			metricsState.forget(req.NamespacedName)
+			span.SetAttributes(attrDecision.String("skipped"), attrWhy.String("the AIInference is gone"))
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	span.SetAttributes(attrGeneration.Int64(obj.Generation))
 	if !obj.DeletionTimestamp.IsZero() {
 		// Children carry owner references; the garbage collector removes them.
 		metricsState.forget(req.NamespacedName)
+		span.SetAttributes(attrDecision.String("skipped"), attrWhy.String("the AIInference is being deleted; the garbage collector removes its children"))
 		return ctrl.Result{}, nil
 	}
 	eng, err := engine.For(obj.Spec.Engine.Type)
@@ -101,7 +117,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	s := &scope{obj: obj, now: r.Now(), engine: eng}
 
 	defer func() {
-		if err := r.patchStatus(ctx, s); err != nil {
+		if err := traced(ctx, "patchStatus", func(ctx context.Context) error { return r.patchStatus(ctx, s) }); err != nil {
 			retErr = kerrors.NewAggregate([]error{retErr, err})
 		}
 	}()
@@ -117,7 +133,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 // the steps that depend on it: the Deployment names the ConfigMap's hash and the
 // cache claim, so it is not written while those are not.
 func (r *Reconciler) reconcileSteps(ctx context.Context, s *scope) (ctrl.Result, error) {
-	result, err := r.checkReferences(ctx, s)
+	var result ctrl.Result
+	err := traced(ctx, "checkReferences", func(ctx context.Context) (err error) {
+		result, err = r.checkReferences(ctx, s)
+		if p := s.obs.referenceProblem; p != nil {
+			trace.SpanFromContext(ctx).SetAttributes(attribute.String("problem", p.reason), attribute.String("problem.message", p.message))
+		}
+		return err
+	})
 	if err != nil {
 		return result, err
 	}
@@ -127,31 +150,45 @@ func (r *Reconciler) reconcileSteps(ctx context.Context, s *scope) (ctrl.Result,
 	}
 	s.configHash = hashOf(config)
 	s.templateHash = podTemplateHash(desiredDeployment(s.obj, s.engine, r.Options, s.configHash))
-	if err := r.observe(ctx, s); err != nil {
+	if err := traced(ctx, "observe", func(ctx context.Context) error {
+		err := r.observe(ctx, s)
+		recordLoads(ctx, s)
+		return err
+	}); err != nil {
 		return result, err
 	}
 	result = lowestRequeue(result, ctrl.Result{RequeueAfter: s.loads.requeue})
 
 	var errs []error
 	dependenciesOK := s.obs.referenceProblem == nil
-	for _, step := range []func(context.Context, *scope) error{r.reconcileConfigMap, r.reconcileCachePVC} {
-		if err := step(ctx, s); err != nil {
+	run := func(name string, step func(context.Context, *scope) error) error {
+		return traced(ctx, name, func(ctx context.Context) error { return step(ctx, s) })
+	}
+	for _, step := range []struct {
+		name string
+		fn   func(context.Context, *scope) error
+	}{{"reconcileConfigMap", r.reconcileConfigMap}, {"reconcileCachePVC", r.reconcileCachePVC}} {
+		if err := run(step.name, step.fn); err != nil {
 			errs = append(errs, err)
 			dependenciesOK = false
 		}
 	}
-	if s.obs.nameConflict != nil {
-		dependenciesOK = false
-	}
-	if dependenciesOK {
-		if err := r.reconcileDeployment(ctx, s); err != nil {
+	switch {
+	case s.obs.referenceProblem != nil:
+		skipped(ctx, "reconcileDeployment", "a referenced object is missing: "+s.obs.referenceProblem.reason)
+	case !dependenciesOK:
+		skipped(ctx, "reconcileDeployment", "a step it depends on failed (the loader ConfigMap or the cache claim)")
+	case s.obs.nameConflict != nil:
+		skipped(ctx, "reconcileDeployment", "a child's name is taken: "+s.obs.nameConflict.message)
+	default:
+		if err := run("reconcileDeployment", r.reconcileDeployment); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if err := r.reconcileService(ctx, s); err != nil {
+	if err := run("reconcileService", r.reconcileService); err != nil {
 		errs = append(errs, err)
 	}
-	if err := r.replacePods(ctx, s); err != nil {
+	if err := run("replacePods", r.replacePods); err != nil {
 		errs = append(errs, err)
 	}
 	if s.obs.nameConflict != nil {
@@ -177,6 +214,7 @@ func lowestRequeue(a, b ctrl.Result) ctrl.Result {
 func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 	obj := s.obj
 	status := computeStatus(obj, s.obs, s.loads, s.now)
+	recordStatus(ctx, &obj.Status, &status)
 	if equality.Semantic.DeepEqual(obj.Status, status) {
 		metricsState.record(obj, &status, &status, s.now)
 		return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"go.opentelemetry.io/otel/trace"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -140,6 +141,7 @@ func (r *Reconciler) reconcileConfigMap(ctx context.Context, s *scope) error {
 func (r *Reconciler) reconcileCachePVC(ctx context.Context, s *scope) error {
 	pvc := desiredCachePVC(s.obj)
 	if pvc == nil {
+		trace.SpanFromContext(ctx).SetAttributes(attrDecision.String("skipped"), attrWhy.String("the spec asks for no cache claim to create"))
 		return nil
 	}
 	existing := &corev1.PersistentVolumeClaim{}
@@ -149,6 +151,7 @@ func (r *Reconciler) reconcileCachePVC(ctx context.Context, s *scope) error {
 		return fmt.Errorf("reading PersistentVolumeClaim %s: %w", pvc.Name, err)
 	case found && metav1.IsControlledBy(existing, s.obj):
 		// A claim's size and class are (mostly) immutable once bound: keep the one made.
+		trace.SpanFromContext(ctx).SetAttributes(attrDecision.String("unchanged"), attrWhy.String("a claim made once is kept"))
 		return nil
 	}
 	_, err = r.apply(ctx, s, pvc, existing)
