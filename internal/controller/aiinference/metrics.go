@@ -1,6 +1,7 @@
 package aiinference
 
 import (
+	"regexp"
 	"sync"
 	"time"
 
@@ -216,3 +217,24 @@ func (m *statusMetrics) forget(key types.NamespacedName) {
 		v.DeletePartialMatch(prometheus.Labels{"namespace": key.Namespace, "name": key.Name})
 	}
 }
+
+// MetricNames are the names of the operator's own metrics (histograms without
+// their _bucket, _sum and _count series).
+func MetricNames() []string {
+	ch := make(chan *prometheus.Desc, 64)
+	for _, c := range []prometheus.Collector{phaseGauge, phaseSinceGauge, readyReasonGauge, desiredGauge, readyGauge, updatedGauge,
+		loadingTimeoutGauge, loadDuration, loadBytesGauge, loadFetchedGauge, loadThroughputGauge, timeToReady,
+		loadRetriesTotal, failuresTotal, canaryRollbacksTotal} {
+		c.Describe(ch)
+	}
+	close(ch)
+	var names []string
+	for d := range ch {
+		if m := fqName.FindStringSubmatch(d.String()); m != nil {
+			names = append(names, m[1])
+		}
+	}
+	return names
+}
+
+var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
