@@ -64,7 +64,8 @@ func startOTLPReceiver(t *testing.T) (*otlpReceiver, string) {
 
 type nopRecorder struct{}
 
-func (nopRecorder) Eventf(runtime.Object, runtime.Object, string, string, string, string, ...interface{}) {}
+func (nopRecorder) Eventf(runtime.Object, runtime.Object, string, string, string, string, ...interface{}) {
+}
 func (nopRecorder) AnnotatedEventf(runtime.Object, runtime.Object, map[string]string, string, string, string, string, ...interface{}) {
 }
 
