@@ -154,6 +154,7 @@ func installCRD(ctx context.Context, path string) error {
 // user would run it with `make run`.
 type operatorProcess struct {
 	bin, kubeconfig, logPath, loaderImage string
+	extraArgs                             []string // after the usual ones, so they win
 	cmd                                   *exec.Cmd
 	logFile                               *os.File
 }
@@ -170,6 +171,7 @@ func (o *operatorProcess) start() error {
 	cmd := exec.Command(o.bin, "--leader-elect", "--leader-election-namespace=default",
 		"--metrics-bind-address=0", fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", port),
 		"--loader-image="+o.loaderImage)
+	cmd.Args = append(cmd.Args, o.extraArgs...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+o.kubeconfig)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
