@@ -29,6 +29,7 @@ type StatusReport struct {
 	Model       string                `json:"model"`
 	Engine      string                `json:"engine"`
 	GPU         string                `json:"gpu"`
+	ModelLoaded bool                  `json:"modelLoaded"`
 	LoadRetries int32                 `json:"loadRetries"`
 	MaxRetries  int32                 `json:"maxRetries"`
 	Conditions  []ConditionReport     `json:"conditions"`
@@ -128,7 +129,7 @@ func statusReport(v *view, now time.Time) StatusReport {
 	r := StatusReport{
 		Namespace: obj.Namespace, Name: obj.Name, Phase: string(st.Phase), Ready: st.Ready,
 		Model: obj.Spec.Model.Name, Engine: string(obj.Spec.Engine.Type), GPU: st.GPU,
-		LoadRetries: st.LoadRetries, MaxRetries: ptr.Deref(obj.Spec.Loading.MaxRetries, aiinference.DefaultMaxRetries), LastLoad: st.LastLoad,
+		ModelLoaded: st.ModelLoaded, LoadRetries: st.LoadRetries, MaxRetries: ptr.Deref(obj.Spec.Loading.MaxRetries, aiinference.DefaultMaxRetries), LastLoad: st.LastLoad,
 	}
 	for _, c := range st.Conditions {
 		r.Conditions = append(r.Conditions, ConditionReport{Type: c.Type, Status: string(c.Status), Reason: c.Reason, Message: c.Message, Since: age(c.LastTransitionTime, now)})
@@ -241,6 +242,8 @@ func writeStatus(out io.Writer, r StatusReport) {
 			how = fmt.Sprintf("%d files, %d bytes found complete in the cache", l.Files, l.Bytes)
 		}
 		fmt.Fprintf(out, "\nLast load: pod %s, %s\n", l.Pod, how)
+	} else if r.ModelLoaded {
+		fmt.Fprintln(out, "\nLast load: a replica loaded the model; the loader left no report")
 	} else {
 		fmt.Fprintln(out, "\nLast load: none yet")
 	}

@@ -47,7 +47,9 @@ func (e *env) trace(name string) error {
 	}
 	add(v.obj.CreationTimestamp.Time, "AIInference", "Normal", "Created", fmt.Sprintf("generation 1: %s on %s", v.obj.Spec.Model.Name, v.obj.Spec.Engine.Type))
 	for _, c := range v.obj.Status.Conditions {
-		add(c.LastTransitionTime.Time, "status", "Normal", c.Type+"="+string(c.Status), fmt.Sprintf("%s (generation %d): %s", c.Reason, c.ObservedGeneration, c.Message))
+		// A condition keeps its transition time while only its reason changes:
+		// this is when it took its status, with what it says now.
+		add(c.LastTransitionTime.Time, "status", "Normal", c.Type+"="+string(c.Status), fmt.Sprintf("since then; now %s (generation %d): %s", c.Reason, c.ObservedGeneration, c.Message))
 	}
 	if f := v.obj.Status.LastFailure; f != nil {
 		add(f.Time.Time, "status.lastFailure", "Warning", f.Reason, fmt.Sprintf("pod %s: %s", f.Pod, f.Message))

@@ -119,6 +119,11 @@ type objectMemory struct {
 	generation   int64
 	genSince     time.Time
 	readyCounted bool
+	// What was last counted: a pass may start from a cached status older than the
+	// one the previous pass wrote, and must not count the same change twice.
+	loadRetries int32
+	readyReason string
+	lastLoad    *servingv1.LoadReport
 }
 
 var metricsState = &statusMetrics{objects: map[types.NamespacedName]*objectMemory{}}
@@ -142,6 +147,10 @@ func (m *statusMetrics) record(obj *servingv1.AIInference, before, after *servin
 		}
 		// A spec already Ready before this pass was counted by an earlier run.
 		mem.readyCounted = isReadyFor(before, obj.Generation)
+		mem.loadRetries, mem.lastLoad = before.LoadRetries, before.LastLoad
+		if c := meta.FindStatusCondition(before.Conditions, servingv1.ConditionReady); c != nil {
+			mem.readyReason = c.Reason
+		}
 		m.objects[key] = mem
 	}
 	if mem.phase != after.Phase {
@@ -166,11 +175,12 @@ func (m *statusMetrics) record(obj *servingv1.AIInference, before, after *servin
 	}
 	phaseSinceGauge.WithLabelValues(ns, name).Set(float64(mem.phaseSince.Unix()))
 	if c := meta.FindStatusCondition(after.Conditions, servingv1.ConditionReady); c != nil {
-		if prev := meta.FindStatusCondition(before.Conditions, servingv1.ConditionReady); prev == nil || prev.Reason != c.Reason {
+		if mem.readyReason != c.Reason {
 			readyReasonGauge.DeletePartialMatch(prometheus.Labels{"namespace": ns, "name": name})
-			if warningReasons[c.Reason] && prev != nil {
+			if warningReasons[c.Reason] && mem.readyReason != "" {
 				failuresTotal.WithLabelValues(ns, name, c.Reason).Inc()
 			}
+			mem.readyReason = c.Reason
 		}
 		readyReasonGauge.WithLabelValues(ns, name, c.Reason).Set(1)
 	}
@@ -179,7 +189,9 @@ func (m *statusMetrics) record(obj *servingv1.AIInference, before, after *servin
 	updatedGauge.WithLabelValues(ns, name).Set(float64(after.UpdatedReplicas))
 	loadingTimeoutGauge.WithLabelValues(ns, name).Set(loadTimeout(obj).Seconds())
 
-	if n := after.LoadRetries - before.LoadRetries; n > 0 {
+	n := after.LoadRetries - mem.loadRetries
+	mem.loadRetries = after.LoadRetries // a new spec or a retry request starts again from 0
+	if n > 0 {
 		loadRetriesTotal.WithLabelValues(ns, name).Add(float64(n))
 		if f := after.LastFailure; f != nil {
 			failuresTotal.WithLabelValues(ns, name, f.Reason).Add(float64(n))
@@ -191,8 +203,9 @@ func (m *statusMetrics) record(obj *servingv1.AIInference, before, after *servin
 		if s := l.Duration.Seconds(); s > 0 {
 			loadThroughputGauge.WithLabelValues(ns, name).Set(float64(l.BytesFetched) / s)
 		}
-		if newLoad(before.LastLoad, l) {
+		if newLoad(mem.lastLoad, l) {
 			loadDuration.WithLabelValues(ns, name).Observe(l.Duration.Seconds())
+			mem.lastLoad = l.DeepCopy()
 		}
 	}
 }

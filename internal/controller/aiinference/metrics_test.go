@@ -41,6 +41,9 @@ func TestStatusMetrics(t *testing.T) {
 	loading.LastFailure = &servingv1.LoadFailure{Reason: "TransientError", Pod: "llm-abc"}
 	loading.Conditions = []metav1.Condition{readyCond(metav1.ConditionFalse, servingv1.ReasonRetryingLoad, 1, now.Add(-time.Minute))}
 	m.record(obj, &pending, &loading, now.Add(-time.Minute))
+	// The next pass starts from a cache that has not seen that write yet: the same
+	// change is not counted twice.
+	m.record(obj, &pending, &loading, now.Add(-time.Minute))
 
 	ready := *loading.DeepCopy()
 	ready.Phase, ready.ReadyReplicas, ready.UpdatedReplicas = servingv1.PhaseReady, 2, 2

@@ -87,7 +87,7 @@ func recordApply(ctx context.Context, child client.Object, res applyResult, err 
 	case res == applyConflict:
 		attrs = append(attrs, attrDecision.String(res.String()), attrWhy.String("an object of that name is not controlled by this AIInference"))
 	case res == applyUpdated:
-		attrs = append(attrs, attrDecision.String(res.String()), attrWhy.String("the child differs from the desired state (a spec change or a hand edit)"))
+		attrs = append(attrs, attrDecision.String(res.String()), attrWhy.String("the desired state changed (the spec, or the loaders' budget) or the child was edited by hand"))
 	default:
 		attrs = append(attrs, attrDecision.String(res.String()))
 	}
