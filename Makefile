@@ -51,7 +51,7 @@ install: ## Install the CRD into the cluster of the current KUBECONFIG
 
 .PHONY: tools
 tools: ## Build (or reuse) every real binary and image the tests need
-	hack/tools/build.sh envtest cluster s3 node images promtool >/dev/null
+	hack/tools/build.sh envtest cluster s3 node images promtool helm >/dev/null
 
 .PHONY: test
 # The real-node tests need root and cgroup v1; where they are missing they fail

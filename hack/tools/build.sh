@@ -5,7 +5,7 @@
 # A binary already in the cache is reused, so only the first run pays the build.
 #
 # Usage: hack/tools/build.sh GROUP...
-#   groups: envtest cluster s3 rclone node sim images promtool all
+#   groups: envtest cluster s3 rclone node sim images promtool helm all
 #   node: kubelet, kube-proxy, containerd, runc and CNI plugins of a real node;
 #   sim: llm-d-inference-sim; images: the real node's image tarballs (pause,
 #   model-loader, llm-d-inference-sim) for `ctr images import`; promtool: Debian's
@@ -175,6 +175,14 @@ images() {
 }
 
 # promtool_dir: the folder of promtool, installed from Debian's prometheus package.
+# helm: helm v4 built from its Go module (the chart's lint and template tests);
+# -X stamps the version `helm version` prints.
+helm_tool() {
+	local version
+	version=$(version_of helm helm.sh/helm/v4)
+	build helm helm.sh/helm/v4 helm.sh/helm/v4/cmd/helm helm -ldflags "-X helm.sh/helm/v4/internal/version.version=$version"
+}
+
 promtool_dir() {
 	command -v promtool >/dev/null || apt_install promtool prometheus
 	dirname "$(command -v promtool)"
@@ -185,6 +193,7 @@ for group in "$@"; do
 	case "$group" in
 	envtest | cluster | s3 | rclone | node | sim | images) last=$("$group") ;;
 	promtool) last=$(promtool_dir) ;;
+	helm) last=$(helm_tool) ;;
 	all) cluster >/dev/null; s3 >/dev/null; rclone >/dev/null; node >/dev/null; last=$(images) ;;
 	*) echo "build.sh: unknown group $group" >&2; exit 2 ;;
 	esac

@@ -1,0 +1,155 @@
+// Package chart tests the Helm chart with helm v4 built from its Go module
+// (hack/tools/build.sh helm): lint, rendering with every option, the values
+// schema, and that its default rendering is config/default's objects.
+package chart
+
+import (
+	"bytes"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/yaml"
+
+	"github.com/aiinference/operator/internal/testutil"
+	"github.com/aiinference/operator/internal/version"
+)
+
+func tools(t *testing.T) (helm, kubectl, root string) {
+	t.Helper()
+	dir, err := testutil.BuildTools("helm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	assets, err := testutil.EnvtestAssets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err = testutil.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, "helm"), filepath.Join(assets, "kubectl"), root
+}
+
+func run(t *testing.T, name string, args ...string) (string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil {
+		return stdout.String() + stderr.String(), fmt.Errorf("%s %s: %w\n%s", filepath.Base(name), strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// objects parses a multi-document YAML stream into kind/namespace/name -> object.
+func objects(t *testing.T, stream string) map[string]map[string]any {
+	t.Helper()
+	out := map[string]map[string]any{}
+	for _, doc := range strings.Split(stream, "\n---") {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatalf("%v in:\n%s", err, doc)
+		}
+		if obj == nil {
+			continue
+		}
+		meta, _ := obj["metadata"].(map[string]any)
+		key := fmt.Sprintf("%s %v/%v", obj["kind"], meta["namespace"], meta["name"])
+		if _, dup := out[key]; dup {
+			t.Fatalf("%s twice", key)
+		}
+		out[key] = obj
+	}
+	return out
+}
+
+func TestHelmLint(t *testing.T) {
+	helm, _, root := tools(t)
+	chart := filepath.Join(root, "charts", "aiinference-operator")
+	for _, set := range [][]string{
+		nil,
+		{"--set", "watchNamespaces={team-a,team-b}", "--set", "webhook.enabled=false"},
+		{"--set", "webhook.certManager.enabled=true", "--set", "metrics.serviceMonitor.enabled=true", "--set", "podDisruptionBudget.enabled=true",
+			"--set", "priorityClassName=system-cluster-critical", "--set", "nodeSelector.pool=system", "--set", "leaderElection.leaseDuration=30s"},
+	} {
+		out, err := run(t, helm, append([]string{"lint", "--strict", chart}, set...)...)
+		t.Logf("helm lint %v:\n%s", set, out)
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	// The schema refuses what the operator could not run with.
+	for _, bad := range []string{"replicas=-1", "image.pullPolicy=Sometimes", "leaderElection.leaseDuration=soon", "unknownValue=1"} {
+		if out, err := run(t, helm, "template", "x", chart, "--set", bad); err == nil {
+			t.Errorf("--set %s rendered:\n%.300s", bad, out)
+		}
+	}
+}
+
+// TestChartMatchesKustomize: `helm template` with the default values, in the
+// namespace config/default uses, gives config/default's objects, but for the
+// Namespace (helm install --create-namespace makes it) and the CRD's keep policy.
+func TestChartMatchesKustomize(t *testing.T) {
+	helm, kubectl, root := tools(t)
+	rendered, err := run(t, helm, "template", "aiinference", filepath.Join(root, "charts", "aiinference-operator"), "--namespace", "aiinference-system")
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := run(t, kubectl, "kustomize", filepath.Join(root, "config", "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chart, kustomize := objects(t, rendered), objects(t, built)
+	delete(kustomize, "Namespace <nil>/aiinference-system")
+	crd := chart["CustomResourceDefinition <nil>/aiinferences.serving.aiinference.io"]
+	if crd == nil {
+		t.Fatal("the chart renders no CRD")
+	}
+	annotations := crd["metadata"].(map[string]any)["annotations"].(map[string]any)
+	if annotations["helm.sh/resource-policy"] != "keep" {
+		t.Errorf("CRD without the keep policy: %v", annotations)
+	}
+	delete(annotations, "helm.sh/resource-policy")
+	if diff := cmp.Diff(kustomize, chart); diff != "" {
+		t.Errorf("config/default (-) and the chart's default rendering (+) differ:\n%s", diff)
+	}
+	dep := chart["Deployment aiinference-system/aiinference-controller-manager"]
+	image := dep["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["image"]
+	if image != version.OperatorImage() {
+		t.Errorf("the chart's image is %v, want %s", image, version.OperatorImage())
+	}
+	t.Logf("%d objects, the same in both", len(chart))
+}
+
+// TestChartNamespaceMode: with watchNamespaces, a Role and RoleBinding per
+// namespace and no ClusterRole that reaches AIInference objects or Secrets.
+func TestChartNamespaceMode(t *testing.T) {
+	helm, _, root := tools(t)
+	rendered, err := run(t, helm, "template", "aiinference", filepath.Join(root, "charts", "aiinference-operator"), "--namespace", "ops",
+		"--set", "watchNamespaces={team-a,team-b}", "--set", "webhook.enabled=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := objects(t, rendered)
+	for _, ns := range []string{"team-a", "team-b"} {
+		for _, kind := range []string{"Role", "RoleBinding"} {
+			if objs[kind+" "+ns+"/aiinference-manager"] == nil {
+				t.Errorf("no %s in %s", kind, ns)
+			}
+		}
+	}
+	for key := range objs {
+		if strings.HasPrefix(key, "ClusterRole <nil>/aiinference-manager-role") {
+			t.Errorf("namespace mode renders %s", key)
+		}
+	}
+	if !strings.Contains(rendered, "--watch-namespaces=team-a,team-b") {
+		t.Error("the operator is not told which namespaces to watch")
+	}
+}
