@@ -18,6 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
@@ -54,6 +55,9 @@ type Options struct {
 	WatchNamespaces []string
 
 	LoaderImage string
+
+	// skipNameValidation lets a test build several managers in one process.
+	skipNameValidation bool
 	// Webhook, when set, serves the admission and conversion webhooks (and manages
 	// their certificate); readiness then waits for them. Nil runs without webhooks.
 	Webhook *webhook.Options
@@ -101,6 +105,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		// for the lease to expire.
 		LeaderElectionReleaseOnCancel: true,
 		GracefulShutdownTimeout:       ptrTo(30 * time.Second),
+		Controller:                    ctrlconfig.Controller{SkipNameValidation: ptrTo(opts.skipNameValidation)},
 		// managedFields are the largest part of a cached object and nothing reads them.
 		Cache: cache.Options{DefaultNamespaces: namespaces(opts.WatchNamespaces), DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:                   {Label: managed.Label, Transform: podStatusOnly},

@@ -89,7 +89,7 @@ func TestSecureMetrics(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	mgr, err := New(cfg, Options{MetricsBindAddress: addr, MetricsSecure: true, HealthProbeBindAddress: "0", LoaderImage: "example.test/model-loader:test"})
+	mgr, err := New(cfg, Options{MetricsBindAddress: addr, MetricsSecure: true, HealthProbeBindAddress: "0", LoaderImage: "example.test/model-loader:test", skipNameValidation: true})
 	if err != nil {
 		t.Fatal(err)
 	}

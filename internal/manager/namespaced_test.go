@@ -98,7 +98,7 @@ func TestNamespaceMode(t *testing.T) {
 
 	mgr, err := New(saCfg, Options{
 		WatchNamespaces: []string{"team-a"}, LeaderElection: true, LeaderElectionNamespace: "aiinference-system",
-		MetricsBindAddress: "0", HealthProbeBindAddress: "0", LoaderImage: "example.test/model-loader:test",
+		MetricsBindAddress: "0", HealthProbeBindAddress: "0", LoaderImage: "example.test/model-loader:test", skipNameValidation: true,
 	})
 	must(err)
 	mgrCtx, stop := context.WithCancel(ctx)
