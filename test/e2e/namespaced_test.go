@@ -61,24 +61,7 @@ func TestNamespaceModeWithRolesOnly(t *testing.T) {
 		Subjects:   subjects,
 	})).To(Succeed())
 
-	// A kubeconfig with the ServiceAccount's token and nothing else.
-	admin, err := clientcmd.BuildConfigFromFlags("", cluster.Kubeconfig())
-	g.Expect(err).NotTo(HaveOccurred())
-	tr, err := kubernetes.NewForConfigOrDie(admin).CoreV1().ServiceAccounts(home).CreateToken(ctx, sa.Name,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))}}, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	ca := admin.CAData
-	if len(ca) == 0 && admin.CAFile != "" {
-		ca, err = os.ReadFile(admin.CAFile)
-		g.Expect(err).NotTo(HaveOccurred())
-	}
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: admin.Host, CertificateAuthorityData: ca}
-	kc.AuthInfos["operator"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
-	kc.Contexts["operator"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "operator"}
-	kc.CurrentContext = "operator"
-	kubeconfig := filepath.Join(t.TempDir(), "operator-roles-only.kubeconfig")
-	g.Expect(clientcmd.WriteToFile(*kc, kubeconfig)).To(Succeed())
+	kubeconfig := tokenKubeconfig(t, g, home, sa.Name)
 
 	// The suite's cluster-wide operator makes way for the namespaced one.
 	op.stop()
@@ -105,6 +88,30 @@ func TestNamespaceModeWithRolesOnly(t *testing.T) {
 	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(outside), got)).To(Succeed())
 	g.Expect(got.Status.Phase).To(BeEmpty(), "the object outside the watched namespace was reconciled")
 	g.Expect(scoped.logTail(200)).NotTo(ContainSubstring("forbidden"), "the operator hit a permission it lacks")
+}
+
+// tokenKubeconfig writes a kubeconfig for the local cluster that holds a token of
+// the ServiceAccount namespace/name and no other credential.
+func tokenKubeconfig(t *testing.T, g *WithT, namespace, name string) string {
+	t.Helper()
+	admin, err := clientcmd.BuildConfigFromFlags("", cluster.Kubeconfig())
+	g.Expect(err).NotTo(HaveOccurred())
+	tr, err := kubernetes.NewForConfigOrDie(admin).CoreV1().ServiceAccounts(namespace).CreateToken(context.Background(), name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	ca := admin.CAData
+	if len(ca) == 0 && admin.CAFile != "" {
+		ca, err = os.ReadFile(admin.CAFile)
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: admin.Host, CertificateAuthorityData: ca}
+	kc.AuthInfos["sa"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	kc.Contexts["sa"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "sa"}
+	kc.CurrentContext = "sa"
+	kubeconfig := filepath.Join(t.TempDir(), name+".kubeconfig")
+	g.Expect(clientcmd.WriteToFile(*kc, kubeconfig)).To(Succeed())
+	return kubeconfig
 }
 
 func ptrTo[T any](v T) *T { return &v }
