@@ -1,9 +1,12 @@
 package kubectlaii
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,6 +20,7 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/controller/aiinference"
+	"github.com/aiinference/operator/internal/loadspec"
 	"github.com/aiinference/operator/internal/reasons"
 )
 
@@ -58,6 +62,62 @@ type ReplicaReport struct {
 	Loader     string `json:"loader"`
 	Warmup     string `json:"warmup,omitempty"`
 	Engine     string `json:"engine"`
+	// Progress is the loader's own report while it loads.
+	Progress *loadspec.Progress `json:"progress,omitempty"`
+}
+
+// readProgress asks each running loader for its progress through the API
+// server's pod proxy; a loader that does not answer (an older image, a node the
+// API server cannot reach) keeps the container's state alone.
+func (e *env) readProgress(v *view) {
+	v.progress = map[string]*loadspec.Progress{}
+	for i := range v.pods {
+		p := &v.pods[i]
+		cs := containerStatus(p, aiinference.LoaderContainerName)
+		if cs == nil || cs.State.Running == nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(e.ctx, 3*time.Second)
+		data, err := e.cs.CoreV1().Pods(p.Namespace).ProxyGet("http", p.Name, strconv.Itoa(loadspec.ProgressPort), loadspec.ProgressPath, nil).DoRaw(ctx)
+		cancel()
+		var prog loadspec.Progress
+		if err == nil && json.Unmarshal(data, &prog) == nil {
+			v.progress[p.Name] = &prog
+		}
+	}
+}
+
+// describeProgress is one line: bytes of total, percent, rate, ETA, files.
+func describeProgress(p *loadspec.Progress) string {
+	if p.Stage != "downloading" {
+		return p.Stage
+	}
+	pct := 0.0
+	if p.Total > 0 {
+		pct = float64(p.Bytes) * 100 / float64(p.Total)
+	}
+	eta := "ETA unknown"
+	if p.ETASeconds >= 0 {
+		eta = "ETA " + (time.Duration(p.ETASeconds) * time.Second).String()
+	}
+	s := fmt.Sprintf("loading %s of %s (%.0f%%), %s/s, %s, %d/%d files", humanBytes(p.Bytes), humanBytes(p.Total), pct, humanBytes(int64(p.RateBytesPerSecond)), eta, p.FilesDone, p.Files)
+	if p.Retries > 0 || p.Stalls > 0 {
+		s += fmt.Sprintf(", %d retried, %d stalled requests", p.Retries, p.Stalls)
+	}
+	return s
+}
+
+func humanBytes(n int64) string {
+	const unit = 1000
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %cB", float64(n)/float64(div), "kMGTPE"[exp])
 }
 
 // FailureReport is status.lastFailure with what it means and what to do.
@@ -69,6 +129,8 @@ type FailureReport struct {
 
 // view is what the API server holds about one AIInference.
 type view struct {
+	// progress is the loader's progress endpoint's answer, per loading pod.
+	progress   map[string]*loadspec.Progress
 	obj        *servingv1.AIInference
 	deployment *appsv1.Deployment
 	pods       []corev1.Pod
@@ -115,6 +177,7 @@ func (e *env) status(name string) error {
 	if err != nil {
 		return err
 	}
+	e.readProgress(v)
 	r := statusReport(v, time.Now())
 	if done, err := e.printStructured("AIInferenceStatus", r); done {
 		return err
@@ -155,6 +218,10 @@ func statusReport(v *view, now time.Time) StatusReport {
 			switch cs.Name {
 			case aiinference.LoaderContainerName:
 				rep.Loader = containerState(cs, now, true)
+				if p := v.progress[rep.Pod]; p != nil && cs.State.Running != nil {
+					rep.Loader = describeProgress(p)
+					rep.Progress = p
+				}
 			case aiinference.WarmupContainerName:
 				rep.Warmup = containerState(cs, now, false)
 			}

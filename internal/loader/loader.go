@@ -43,10 +43,14 @@ func Run(ctx context.Context, o Options, log *slog.Logger) (loadspec.Summary, er
 // runOnce is one attempt at the load, bounded by the options' timeout.
 func runOnce(ctx context.Context, o Options, log *slog.Logger) (loadspec.Summary, error) {
 	start := time.Now()
-	l := &run{opts: o, log: log, start: start}
+	l := &run{opts: o, log: log, start: start, stage: "listing"}
+	o.Progress.post(l)
 	ctx, cancel := context.WithTimeoutCause(ctx, o.Timeout.Duration, context.DeadlineExceeded)
 	defer cancel()
 	err := l.load(ctx)
+	l.mu.Lock()
+	l.stage = "done"
+	l.mu.Unlock()
 	return l.summary(err), err
 }
 
@@ -71,6 +75,7 @@ type run struct {
 	stalls  atomic.Int64
 
 	mu     sync.Mutex
+	stage  string // for the progress endpoint: listing, downloading, done
 	checks map[string]int
 	done   []markerFile
 	err    error // the first permanent failure
@@ -142,6 +147,7 @@ func (l *run) load(ctx context.Context) error {
 		return err
 	}
 	sort.Slice(objs, func(i, j int) bool { return objs[i].Path < objs[j].Path })
+	var total int64
 	for i, obj := range objs {
 		if err := checkRelPath(obj.Path); err != nil {
 			return err
@@ -149,9 +155,12 @@ func (l *run) load(ctx context.Context) error {
 		if i > 0 && objs[i-1].Path == obj.Path {
 			return failf(loadspec.ReasonInvalidConfig, obj.Path, "listed twice")
 		}
-		l.total += obj.Size
+		total += obj.Size
 	}
-	l.objs = objs
+	// Under the lock: the progress endpoint reads them from another goroutine.
+	l.mu.Lock()
+	l.objs, l.total, l.stage = objs, total, "downloading"
+	l.mu.Unlock()
 	l.log.Info("Listed source", "files", len(objs), "bytes", l.total)
 
 	old, _ := readMarker(l.dest)

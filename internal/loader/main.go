@@ -7,9 +7,11 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/aiinference/operator/internal/loadspec"
 )
@@ -31,6 +33,16 @@ func Main(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if opts.ProgressAddress != "" {
+		opts.Progress = &ProgressBoard{}
+		srv := &http.Server{Addr: opts.ProgressAddress, Handler: opts.Progress.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Warn("The progress endpoint stopped", "address", opts.ProgressAddress, "error", err.Error())
+			}
+		}()
+		defer func() { _ = srv.Close() }()
+	}
 	summary, err := Run(ctx, opts, log)
 	if err != nil {
 		log.Error("Model load failed", "reason", summary.Failure.Reason, "retryable", summary.Failure.Retryable, "error", err.Error())

@@ -37,6 +37,10 @@ type Options struct {
 	// SHA1) when it has one: a CRC costs next to nothing, so this comes before the
 	// ETag checks. Off is for stores that report checksums they do not keep.
 	StoreChecksums bool
+	// ProgressAddress is where the progress endpoint listens (e.g. :8098); empty: none.
+	ProgressAddress string
+	// Progress receives each attempt's progress, for the endpoint; nil: none.
+	Progress *ProgressBoard
 	// Budget is the operator's retry budget (see runBudgeted); nil when there is no
 	// budget file, as when the loader runs by hand: then nothing bounds the loads.
 	Budget *loadspec.Budget
@@ -64,6 +68,7 @@ type flagValues struct {
 	partSize                                         string
 	timeout, stallTimeout                            time.Duration
 	progressInterval                                 time.Duration
+	progressAddress                                  string
 	terminationPath, credentialsDir                  string
 	fsync, checkMultipart, storeChecksums            bool
 }
@@ -91,6 +96,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, error) {
 	fset.DurationVar(&fv.timeout, "timeout", 0, fmt.Sprintf("bound on the whole load (default %s)", DefaultTimeout))
 	fset.DurationVar(&fv.stallTimeout, "stall-timeout", 0, fmt.Sprintf("a part that receives no byte for this long is cancelled and retried (default %s)", DefaultStallTimeout))
 	fset.DurationVar(&fv.progressInterval, "progress-interval", DefaultProgressInterval, "how often progress is logged")
+	fset.StringVar(&fv.progressAddress, "progress-address", "", "address of the progress endpoint (JSON on "+loadspec.ProgressPath+", Prometheus metrics on /metrics), e.g. :8098; empty: none")
 	fset.StringVar(&fv.terminationPath, "termination-message-path", "/dev/termination-log", "file that receives the JSON summary")
 	fset.StringVar(&fv.credentialsDir, "credentials-dir", loadspec.CredentialsMountDir, "folder of credential files named like the environment variables (AWS_ACCESS_KEY_ID, ...)")
 	fset.BoolVar(&fv.fsync, "fsync", false, "flush every file to disk before it is renamed into place and the marker written (for a destination that outlives the pod)")
@@ -174,6 +180,7 @@ func mergeOptions(file loadspec.Config, fv flagValues, set map[string]bool) (Opt
 		o.StallTimeout.Duration = fv.stallTimeout
 	}
 	o.ProgressInterval = fv.progressInterval
+	o.ProgressAddress = fv.progressAddress
 	o.TerminationMessagePath = fv.terminationPath
 	o.CredentialsDir = fv.credentialsDir
 	if set["fsync"] {

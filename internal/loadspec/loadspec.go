@@ -218,3 +218,36 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	d.Duration = parsed
 	return nil
 }
+
+// The loader's progress endpoint: while it runs, the model-loader serves its
+// progress as JSON on ProgressPath and as Prometheus metrics on /metrics, on the
+// container port named ProgressPortName. kubectl-aii reads it through the API
+// server's pod proxy; the engines' PodMonitor can scrape it.
+const (
+	ProgressPort     = 8098
+	ProgressPortName = "progress"
+	ProgressPath     = "/progress"
+)
+
+// Progress is what the progress endpoint answers.
+type Progress struct {
+	// Stage is "listing", "downloading" or "done" (then the summary follows).
+	Stage string `json:"stage"`
+	// Bytes of the model on disk (kept, resumed or written now) of Total.
+	Bytes int64 `json:"bytes"`
+	Total int64 `json:"total"`
+	// Fetched is what this attempt downloaded.
+	Fetched int64 `json:"fetched"`
+	Files   int   `json:"files"`
+	// FilesDone are the files written and checked; Checks counts them per check.
+	FilesDone int            `json:"filesDone"`
+	Checks    map[string]int `json:"checks,omitempty"`
+	// RateBytesPerSecond is the average download rate of this attempt.
+	RateBytesPerSecond float64 `json:"rateBytesPerSecond"`
+	// ETASeconds is the time left at that rate; -1 when unknown.
+	ETASeconds float64 `json:"etaSeconds"`
+	Retries    int64   `json:"retries"`
+	Stalls     int64   `json:"stalls"`
+	// ElapsedSeconds is how long this attempt has run.
+	ElapsedSeconds float64 `json:"elapsedSeconds"`
+}

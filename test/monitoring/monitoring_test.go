@@ -12,6 +12,7 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/aiinference/operator/internal/loadspec"
 	"github.com/aiinference/operator/internal/testutil"
 )
 
@@ -117,7 +118,8 @@ func TestMonitors(t *testing.T) {
 	}
 	var pm monitoringv1.PodMonitor
 	readStrict(t, "podmonitor.yaml", &pm)
-	if len(pm.Spec.PodMetricsEndpoints) != 1 || pm.Spec.PodMetricsEndpoints[0].Port == nil || *pm.Spec.PodMetricsEndpoints[0].Port != "http" {
+	if len(pm.Spec.PodMetricsEndpoints) != 2 || pm.Spec.PodMetricsEndpoints[0].Port == nil || *pm.Spec.PodMetricsEndpoints[0].Port != "http" ||
+		pm.Spec.PodMetricsEndpoints[1].Port == nil || *pm.Spec.PodMetricsEndpoints[1].Port != loadspec.ProgressPortName {
 		t.Errorf("PodMonitor endpoints: %+v", pm.Spec.PodMetricsEndpoints)
 	}
 	if !pm.Spec.NamespaceSelector.Any {

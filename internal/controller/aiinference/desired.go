@@ -411,9 +411,13 @@ func loaderContainer(obj *servingv1.AIInference, opts Options) corev1.Container 
 		mounts = append(mounts, corev1.VolumeMount{Name: sourceVolume, MountPath: sourceMountPath, ReadOnly: true})
 	}
 	return corev1.Container{
-		Name:            LoaderContainerName,
-		Image:           opts.LoaderImage,
-		Args:            []string{"--config", path.Join(loadspec.ConfigMountDir, loadspec.ConfigFileName)},
+		Name:  LoaderContainerName,
+		Image: opts.LoaderImage,
+		Args: []string{"--config", path.Join(loadspec.ConfigMountDir, loadspec.ConfigFileName),
+			fmt.Sprintf("--progress-address=:%d", loadspec.ProgressPort)},
+		// The progress endpoint (JSON and metrics) while it loads: kubectl aii status
+		// reads it through the pod proxy, a PodMonitor can scrape it.
+		Ports:           []corev1.ContainerPort{{Name: loadspec.ProgressPortName, ContainerPort: loadspec.ProgressPort, Protocol: corev1.ProtocolTCP}},
 		Env:             loaderEnv(obj),
 		VolumeMounts:    mounts,
 		SecurityContext: restrictedSecurityContext(),
