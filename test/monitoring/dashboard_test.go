@@ -3,6 +3,7 @@ package monitoring
 import (
 	"encoding/json"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/aiinference/operator/internal/controller/aiinference"
+	"github.com/aiinference/operator/internal/loader"
 )
 
 // otherMetrics are the metrics the dashboard may name besides the operator's
@@ -25,6 +27,23 @@ var otherMetrics = []string{
 	"vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds", "vllm:generation_tokens_total", "vllm:prompt_tokens_total",
 	"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
 	"tgi_request_generated_tokens", "tgi_request_duration",
+}
+
+// loaderMetrics are the names the model loader's progress endpoint serves.
+func loaderMetrics(t *testing.T) []string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	(&loader.ProgressBoard{}).Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	var names []string
+	for _, line := range strings.Split(rec.Body.String(), "\n") {
+		if f := strings.Fields(line); len(f) == 4 && f[0] == "#" && f[1] == "TYPE" {
+			names = append(names, f[2])
+		}
+	}
+	if len(names) == 0 {
+		t.Fatal("the loader's progress endpoint serves no metric")
+	}
+	return names
 }
 
 type dashboard struct {
@@ -83,7 +102,7 @@ func TestDashboard(t *testing.T) {
 		t.Fatal(err)
 	}
 	known := map[string]bool{}
-	for _, n := range append(aiinference.MetricNames(), otherMetrics...) {
+	for _, n := range append(append(aiinference.MetricNames(), otherMetrics...), loaderMetrics(t)...) {
 		known[n] = true
 	}
 	if len(known) < 20 {
