@@ -22,6 +22,7 @@ import (
 	"github.com/aiinference/operator/internal/controller/aiinference"
 	"github.com/aiinference/operator/internal/loadspec"
 	"github.com/aiinference/operator/internal/reasons"
+	"github.com/aiinference/operator/internal/units"
 )
 
 // StatusReport is what `status` shows.
@@ -100,24 +101,11 @@ func describeProgress(p *loadspec.Progress) string {
 	if p.ETASeconds >= 0 {
 		eta = "ETA " + (time.Duration(p.ETASeconds) * time.Second).String()
 	}
-	s := fmt.Sprintf("loading %s of %s (%.0f%%), %s/s, %s, %d/%d files", humanBytes(p.Bytes), humanBytes(p.Total), pct, humanBytes(int64(p.RateBytesPerSecond)), eta, p.FilesDone, p.Files)
+	s := fmt.Sprintf("loading %s of %s (%.0f%%), %s/s, %s, %d/%d files", units.Bytes(p.Bytes), units.Bytes(p.Total), pct, units.Bytes(int64(p.RateBytesPerSecond)), eta, p.FilesDone, p.Files)
 	if p.Retries > 0 || p.Stalls > 0 {
 		s += fmt.Sprintf(", %d retried, %d stalled requests", p.Retries, p.Stalls)
 	}
 	return s
-}
-
-func humanBytes(n int64) string {
-	const unit = 1000
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %cB", float64(n)/float64(div), "kMGTPE"[exp])
 }
 
 // FailureReport is status.lastFailure with what it means and what to do.

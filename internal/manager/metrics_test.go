@@ -17,7 +17,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/aiinference/operator/internal/testutil"
@@ -29,20 +28,7 @@ import (
 // config/rbac's metrics-reader ClusterRole 403, with one that is 200 and the
 // metrics. HTTP/2 is refused even to a client that offers it.
 func TestSecureMetrics(t *testing.T) {
-	assets, err := testutil.EnvtestAssets()
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := testutil.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets, CRDDirectoryPaths: []string{filepath.Join(root, "config", "crd", "bases")}}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	cfg, root := testutil.StartEnvtest(t, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cs := kubernetes.NewForConfigOrDie(cfg)

@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
@@ -32,20 +31,7 @@ import (
 // (reading its credentials Secret, writing the children and the status), and
 // leaves one in team-b alone, where it may not even read.
 func TestNamespaceMode(t *testing.T) {
-	assets, err := testutil.EnvtestAssets()
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := testutil.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets, CRDDirectoryPaths: []string{filepath.Join(root, "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	cfg, root := testutil.StartEnvtest(t, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cs := kubernetes.NewForConfigOrDie(cfg)

@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/aiinference/operator/internal/testutil"
@@ -25,20 +24,7 @@ import (
 // pod-security.kubernetes.io/enforce: restricted): it is admitted. The same pod
 // without its security contexts is refused, so the check is live.
 func TestOperatorPodIsRestricted(t *testing.T) {
-	assets, err := testutil.EnvtestAssets()
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := testutil.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	cfg, root := testutil.StartEnvtest(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c, err := client.New(cfg, client.Options{Scheme: Scheme()})

@@ -21,7 +21,6 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -91,7 +90,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if err := installCRD(ctx, filepath.Join(root, "config", "crd", "bases", "serving.aiinference.io_aiinferences.yaml")); err != nil {
+	if err := testutil.InstallCRD(ctx, k8s, filepath.Join(root, "config", "crd", "bases", "serving.aiinference.io_aiinferences.yaml")); err != nil {
 		fmt.Fprintln(os.Stderr, "installing the CRD:", err)
 		return 1
 	}
@@ -120,34 +119,6 @@ func run(m *testing.M) int {
 	}
 	defer op.stop()
 	return m.Run()
-}
-
-// installCRD creates the CRD from its generated manifest and waits until it serves.
-func installCRD(ctx context.Context, path string) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.Unmarshal(data, crd); err != nil {
-		return err
-	}
-	if err := k8s.Create(ctx, crd); err != nil {
-		return err
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		got := &apiextensionsv1.CustomResourceDefinition{}
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(crd), got); err == nil {
-			for _, c := range got.Status.Conditions {
-				if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
-					return nil
-				}
-			}
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	return fmt.Errorf("CRD %s not established after 30s", crd.Name)
 }
 
 // operatorProcess is the operator binary running against the local cluster, as a

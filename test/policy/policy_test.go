@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
@@ -29,20 +28,7 @@ import (
 // through: an allowed image and ServiceAccount, or none named, pass; an image
 // from elsewhere or another ServiceAccount is refused with the policy's message.
 func TestAdmissionPolicy(t *testing.T) {
-	assets, err := testutil.EnvtestAssets()
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := testutil.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets, CRDDirectoryPaths: []string{filepath.Join(root, "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	cfg, root := testutil.StartEnvtest(t, true)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c, err := client.New(cfg, client.Options{Scheme: manager.Scheme()})

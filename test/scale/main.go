@@ -34,7 +34,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -43,6 +42,7 @@ import (
 	"github.com/aiinference/operator/internal/controller/aiinference"
 	"github.com/aiinference/operator/internal/localcluster"
 	"github.com/aiinference/operator/internal/manager"
+	"github.com/aiinference/operator/internal/testutil"
 )
 
 func main() {
@@ -133,7 +133,7 @@ func runOne(root, bin, work string, n int) (result, error) {
 	if err != nil {
 		return r, err
 	}
-	if err := installCRD(ctx, k8s, filepath.Join(root, "config", "crd", "bases", "serving.aiinference.io_aiinferences.yaml")); err != nil {
+	if err := testutil.InstallCRD(ctx, k8s, filepath.Join(root, "config", "crd", "bases", "serving.aiinference.io_aiinferences.yaml")); err != nil {
 		return r, err
 	}
 	objects := make([]*servingv1.AIInference, n)
@@ -314,32 +314,6 @@ func podCount(ctx context.Context, k8s client.Client, ns string) (int, error) {
 	list := &corev1.PodList{}
 	err := k8s.List(ctx, list, client.InNamespace(ns))
 	return len(list.Items), err
-}
-
-func installCRD(ctx context.Context, k8s client.Client, path string) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.Unmarshal(data, crd); err != nil {
-		return err
-	}
-	if err := k8s.Create(ctx, crd); err != nil {
-		return err
-	}
-	return waitAll(ctx, "the CRD established", 1, func() (int, error) {
-		got := &apiextensionsv1.CustomResourceDefinition{}
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(crd), got); err != nil {
-			return 0, err
-		}
-		for _, c := range got.Status.Conditions {
-			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
-				return 1, nil
-			}
-		}
-		return 0, nil
-	})
 }
 
 // operator is the operator binary running against the cluster, with its

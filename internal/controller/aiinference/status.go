@@ -16,6 +16,7 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/loadspec"
+	"github.com/aiinference/operator/internal/units"
 )
 
 // observation is what one reconcile pass saw; the status is derived from it alone.
@@ -371,9 +372,9 @@ func setModelLoadedCondition(st *servingv1.AIInferenceStatus, generation int64, 
 		if len(l.Checks) > 0 {
 			verified += " (" + describeChecks(l.Checks) + ")"
 		}
-		msg := fmt.Sprintf("Pod %s loaded %d files (%s) in %s at %s, %s", l.Pod, l.Files, humanBytes(l.Bytes), l.Duration.Duration, l.Throughput, verified)
+		msg := fmt.Sprintf("Pod %s loaded %d files (%s) in %s at %s, %s", l.Pod, l.Files, units.Bytes(l.Bytes), l.Duration.Duration, l.Throughput, verified)
 		if l.CacheHit {
-			msg = fmt.Sprintf("Pod %s found the complete model (%d files, %s) in its cache", l.Pod, l.Files, humanBytes(l.Bytes))
+			msg = fmt.Sprintf("Pod %s found the complete model (%d files, %s) in its cache", l.Pod, l.Files, units.Bytes(l.Bytes))
 		}
 		setCondition(st, generation, servingv1.ConditionModelLoaded, metav1.ConditionTrue, servingv1.ReasonModelLoaded, msg)
 		return
@@ -412,17 +413,4 @@ func setCondition(st *servingv1.AIInferenceStatus, generation int64, condType st
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 		Type: condType, Status: status, Reason: reason, Message: message, ObservedGeneration: generation,
 	})
-}
-
-func humanBytes(n int64) string {
-	const unit = 1000
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %cB", float64(n)/float64(div), "kMGTPE"[exp])
 }
