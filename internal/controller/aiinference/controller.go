@@ -62,9 +62,10 @@ type scope struct {
 	now time.Time
 	// engine is the model server's knowledge.
 	engine engine.Engine
-	// configHash is the hash of the loader configuration, part of the pod template.
-	configHash string
-	// templateHash identifies pods of the desired template.
+	// config is the loader configuration, part of the pod template through its hash.
+	config string
+	// deployment is the desired Deployment; templateHash identifies its pods.
+	deployment   *appsv1.Deployment
 	templateHash string
 	// loads is the verdict on the loads and the retry budget.
 	loads loadAssessment
@@ -144,12 +145,11 @@ func (r *Reconciler) reconcileSteps(ctx context.Context, s *scope) (ctrl.Result,
 	if err != nil {
 		return result, err
 	}
-	config, err := desiredConfig(s.obj)
-	if err != nil {
+	if s.config, err = desiredConfig(s.obj); err != nil {
 		return result, reconcile.TerminalError(err)
 	}
-	s.configHash = hashOf(config)
-	s.templateHash = podTemplateHash(desiredDeployment(s.obj, s.engine, r.Options, s.configHash))
+	s.deployment = desiredDeployment(s.obj, s.engine, r.Options, hashOf(s.config))
+	s.templateHash = podTemplateHash(s.deployment)
 	if err := traced(ctx, "observe", func(ctx context.Context) error {
 		err := r.observe(ctx, s)
 		recordLoads(ctx, s)

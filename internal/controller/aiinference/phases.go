@@ -126,11 +126,7 @@ func (r *Reconciler) readCrashLogs(ctx context.Context, s *scope) {
 }
 
 func (r *Reconciler) reconcileConfigMap(ctx context.Context, s *scope) error {
-	config, err := desiredConfig(s.obj)
-	if err != nil {
-		return err
-	}
-	cm, err := desiredConfigMap(s.obj, config, loaderBudget(s.obj, s.loads))
+	cm, err := desiredConfigMap(s.obj, s.config, loaderBudget(s.obj, s.loads))
 	if err != nil {
 		return err
 	}
@@ -159,9 +155,8 @@ func (r *Reconciler) reconcileCachePVC(ctx context.Context, s *scope) error {
 }
 
 func (r *Reconciler) reconcileDeployment(ctx context.Context, s *scope) error {
-	desired := desiredDeployment(s.obj, s.engine, r.Options, s.configHash)
 	existing := &appsv1.Deployment{}
-	res, err := r.apply(ctx, s, desired, existing)
+	res, err := r.apply(ctx, s, s.deployment, existing)
 	if err != nil {
 		return err
 	}
