@@ -13,6 +13,7 @@ import (
 )
 
 // AIInferenceSpec is the model server a user asks for.
+// +kubebuilder:validation:XValidation:rule="!has(self.rollout) || !has(self.rollout.canary) || self.replicas - self.rollout.canary.replicas + (has(self.rollout.canary.maxSurge) ? self.rollout.canary.maxSurge : 1) >= 1",message="a canary must leave at least one stable replica serving: replicas - rollout.canary.replicas + rollout.canary.maxSurge must be at least 1; raise replicas or maxSurge, or lower rollout.canary.replicas"
 // +kubebuilder:validation:XValidation:rule="!has(self.cache) || self.cache.type != 'Memory' || !has(self.model.size) || quantity(string(self.model.size)).compareTo(quantity('64Gi')) <= 0",message="cache.type Memory keeps the weights in RAM and is only for models up to 64Gi; use cache.type Disk or PVC for a model of this size"
 type AIInferenceSpec struct {
 	// Model says which model to serve and where its weights are.
@@ -68,6 +69,11 @@ type AIInferenceSpec struct {
 	// +optional
 	// +listType=atomic
 	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+
+	// Rollout says how a change of the spec reaches the replicas: Rolling (the
+	// default) or Canary.
+	// +optional
+	Rollout *RolloutSpec `json:"rollout,omitempty"`
 }
 
 // PodMetadata are extra labels and annotations for the pods.
@@ -479,6 +485,10 @@ type AIInferenceStatus struct {
 	// It stays after the replica recovers, as a record.
 	// +optional
 	LastFailure *LoadFailure `json:"lastFailure,omitempty"`
+
+	// Rollout is the state of a canary rollout (rollout.strategy Canary).
+	// +optional
+	Rollout *RolloutStatus `json:"rollout,omitempty"`
 
 	// Conditions: Ready (always), Reconciling and Stalled (kstatus, only when True),
 	// ModelLoaded and Available.

@@ -86,4 +86,21 @@ const (
 	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
 	// ReasonPartiallyAvailable: some but not all desired replicas serve.
 	ReasonPartiallyAvailable = "PartiallyAvailable"
+	// ReasonCanaryProgressing: a canary of the current spec takes its share of the
+	// traffic, step by step; the stable pods keep serving.
+	ReasonCanaryProgressing = "CanaryProgressing"
+	// ReasonCanaryPaused: the canary waits at a pause step or is paused by hand.
+	ReasonCanaryPaused = "CanaryPaused"
+	// ReasonAnalysisInconclusive: too many analysis runs could not judge the
+	// canary (too few requests, no data, Prometheus unreachable); it waits for a
+	// person to promote or abort.
+	ReasonAnalysisInconclusive = "AnalysisInconclusive"
+	// ReasonPromoting: the canary passed; the stable pods take the new spec.
+	ReasonPromoting = "Promoting"
+	// ReasonRolledBack: the canary failed its analysis or was aborted; all traffic
+	// is back on the stable pods, which run the earlier spec.
+	ReasonRolledBack = "RolledBack"
+	// ReasonTrafficAPIMissing: the Gateway API (or Inference Extension) CRDs the
+	// rollout's traffic needs are not installed.
+	ReasonTrafficAPIMissing = "TrafficAPIMissing"
 )

@@ -59,20 +59,22 @@ type v1Fields struct {
 	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
 	EngineSecurity   *corev1.SecurityContext       `json:"engineSecurityContext,omitempty"`
 	Warmup           *servingv1.WarmupSpec         `json:"warmup,omitempty"`
+	Rollout          *servingv1.RolloutSpec        `json:"rollout,omitempty"`
 	Status           *v1StatusFields               `json:"status,omitempty"`
 }
 
 // v1StatusFields is the v1 status that v1alpha1 has no place for.
 type v1StatusFields struct {
-	Ready       string                 `json:"ready,omitempty"`
-	GPU         string                 `json:"gpu,omitempty"`
-	ModelLoaded bool                   `json:"modelLoaded,omitempty"`
-	LoadRetries int32                  `json:"loadRetries,omitempty"`
-	LastLoad    *servingv1.LoadReport  `json:"lastLoad,omitempty"`
-	LastFailure *servingv1.LoadFailure `json:"lastFailure,omitempty"`
-	Updated     int32                  `json:"updatedReplicas,omitempty"`
-	LoadBudget  *servingv1.LoadBudget  `json:"loadBudget,omitempty"`
-	RequestedAt string                 `json:"lastHandledRequestedAt,omitempty"`
+	Ready       string                   `json:"ready,omitempty"`
+	GPU         string                   `json:"gpu,omitempty"`
+	ModelLoaded bool                     `json:"modelLoaded,omitempty"`
+	LoadRetries int32                    `json:"loadRetries,omitempty"`
+	LastLoad    *servingv1.LoadReport    `json:"lastLoad,omitempty"`
+	LastFailure *servingv1.LoadFailure   `json:"lastFailure,omitempty"`
+	Updated     int32                    `json:"updatedReplicas,omitempty"`
+	LoadBudget  *servingv1.LoadBudget    `json:"loadBudget,omitempty"`
+	RequestedAt string                   `json:"lastHandledRequestedAt,omitempty"`
+	Rollout     *servingv1.RolloutStatus `json:"rollout,omitempty"`
 }
 
 // modelLocation is how v1alpha1 says where the model is.
@@ -145,6 +147,7 @@ func (src *AIInference) ConvertTo(dstRaw conversion.Hub) error {
 	}
 	dst.Spec.Engine.SecurityContext = saved.EngineSecurity.DeepCopy()
 	dst.Spec.Engine.Warmup = saved.Warmup.DeepCopy()
+	dst.Spec.Rollout = saved.Rollout.DeepCopy()
 	if len(dst.Spec.ImagePullSecrets) == 0 {
 		dst.Spec.ImagePullSecrets = nil
 	}
@@ -168,6 +171,7 @@ func (src *AIInference) ConvertTo(dstRaw conversion.Hub) error {
 		dst.Status.UpdatedReplicas = ss.Updated
 		dst.Status.LoadBudget = ss.LoadBudget.DeepCopy()
 		dst.Status.LastHandledRequestedAt = ss.RequestedAt
+		dst.Status.Rollout = ss.Rollout.DeepCopy()
 	}
 	return nil
 }
@@ -200,6 +204,7 @@ func (dst *AIInference) ConvertFrom(srcRaw conversion.Hub) error {
 		ImagePullSecrets: append([]corev1.LocalObjectReference(nil), s.ImagePullSecrets...),
 		EngineSecurity:   s.Engine.SecurityContext.DeepCopy(),
 		Warmup:           s.Engine.Warmup.DeepCopy(),
+		Rollout:          s.Rollout.DeepCopy(),
 	}
 	if !equality.Semantic.DeepEqual(sourceFromLocation(loc), s.Model.Source) {
 		lost.Source = s.Model.Source.DeepCopy()
@@ -249,6 +254,7 @@ func (dst *AIInference) ConvertFrom(srcRaw conversion.Hub) error {
 		Ready: st.Ready, GPU: st.GPU, ModelLoaded: st.ModelLoaded, LoadRetries: st.LoadRetries,
 		LastLoad: st.LastLoad.DeepCopy(), LastFailure: st.LastFailure.DeepCopy(),
 		Updated: st.UpdatedReplicas, LoadBudget: st.LoadBudget.DeepCopy(), RequestedAt: st.LastHandledRequestedAt,
+		Rollout: st.Rollout.DeepCopy(),
 	}
 	if !equality.Semantic.DeepEqual(statusLost, v1StatusFields{}) {
 		lost.Status = &statusLost
