@@ -16,6 +16,7 @@ help: ## Show this help
 .PHONY: manifests
 manifests: ## Generate the CRD, RBAC and webhook manifests under config/
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./api/...;./internal/controller/...;./internal/webhook/..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
+	cp config/crd/bases/serving.aiinference.io_aiinferences.yaml charts/aiinference-operator/files/crd.yaml
 
 .PHONY: generate
 generate: ## Generate DeepCopy methods
