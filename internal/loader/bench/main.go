@@ -133,7 +133,7 @@ func run(shards int, shardSize int64, small, runs int, cache, only string, link 
 	defer srv.Stop()
 	endpoint, where := srv.Endpoint, "on loopback"
 	if link != nil {
-		l, err := s3test.NewLink(srv.Endpoint, link.latency, link.bytesPerSecond)
+		l, err := s3test.NewLink(srv.Endpoint, s3test.LinkShape{Latency: link.latency, PerConnection: float64(link.bytesPerSecond)})
 		if err != nil {
 			return err
 		}
