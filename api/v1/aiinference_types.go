@@ -395,7 +395,7 @@ type LoadingSpec struct {
 }
 
 // Phase is a one-word summary of where the AIInference is.
-// +kubebuilder:validation:Enum=Pending;Loading;Ready;Degraded;Failed
+// +kubebuilder:validation:Enum=Pending;Loading;Ready;Degraded;Failed;Canary
 type Phase string
 
 // Phases.
@@ -413,6 +413,9 @@ const (
 	// PhaseFailed: loading failed permanently or beyond the retry bound, and no
 	// replica serves.
 	PhaseFailed Phase = "Failed"
+	// PhaseCanary: a canary of the current spec takes its share of the traffic
+	// (rollout.strategy Canary) while the stable replicas serve the rest.
+	PhaseCanary Phase = "Canary"
 )
 
 // AnnotationRequestedAt asks the operator to reconcile now, as Flux's
@@ -428,7 +431,8 @@ type AIInferenceStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// Phase summarises the state of the current spec: Pending, Loading, Ready,
-	// Degraded or Failed. During a rollout it describes the new replicas, while the
+	// Degraded, Failed, or Canary while a canary of it takes a share of the
+	// traffic. During a rollout it describes the new replicas, while the
 	// Available condition says whether earlier ones still serve.
 	// +optional
 	Phase Phase `json:"phase,omitempty"`

@@ -424,8 +424,9 @@ type CheckResult struct {
 type RolloutDecision struct {
 	// Time of the decision.
 	Time metav1.Time `json:"time"`
-	// Decision is a stable word: CanaryStarted, StepStarted, Paused, Resumed,
-	// Inconclusive, Promoting, Promoted, RolledBack, Aborted.
+	// Decision is a stable word: CanaryStarted, StepStarted, PauseEnded,
+	// AnalysisPassed, StepPromoted (by hand), Paused, Resumed, Inconclusive,
+	// Promoting, Promoted, RolledBack, Aborted, Superseded.
 	Decision string `json:"decision"`
 	// Revision the decision is about.
 	Revision string `json:"revision"`

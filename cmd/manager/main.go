@@ -33,6 +33,7 @@ func main() {
 	flag.BoolVar(&opts.MetricsSecure, "metrics-secure", false, "Serve metrics over HTTPS to callers whose token the API server authenticates and authorizes for GET /metrics (the aiinference-metrics-reader ClusterRole); config/default turns it on.")
 	flag.StringVar(&opts.MetricsCertDir, "metrics-cert-dir", "", "Folder of the metrics server's tls.crt and tls.key; empty: a self-signed certificate.")
 	flag.StringVar(&opts.LoaderImage, "loader-image", manager.DefaultLoaderImage, "Image of the model loader init container.")
+	flag.StringVar(&opts.PrometheusURL, "prometheus-url", "", "Prometheus that canary analysis steps query (e.g. http://prometheus.monitoring:9090); an AIInference's rollout.canary.prometheusURL overrides it.")
 	flag.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "How many AIInference objects are reconciled at once.")
 	var qps float64
 	flag.Float64Var(&qps, "kube-api-qps", 50, "Requests per second the operator may send to the API server (client-go's token bucket).")

@@ -5,6 +5,7 @@ package manager
 
 import (
 	"fmt"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	"time"
 
@@ -20,6 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	inferencev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	servingv1alpha1 "github.com/aiinference/operator/api/v1alpha1"
@@ -55,6 +58,8 @@ type Options struct {
 	WatchNamespaces []string
 
 	LoaderImage string
+	// PrometheusURL is the Prometheus canary analyses query unless an object names its own.
+	PrometheusURL string
 
 	// skipNameValidation lets a test build several managers in one process.
 	skipNameValidation bool
@@ -76,7 +81,46 @@ func Scheme() *runtime.Scheme {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(servingv1.AddToScheme(scheme))
 	utilruntime.Must(servingv1alpha1.AddToScheme(scheme))
+	// The canary traffic children: an HTTPRoute and InferencePools.
+	utilruntime.Must(gatewayv1.Install(scheme))
+	utilruntime.Must(inferencev1.Install(scheme))
 	return scheme
+}
+
+// cachedChildren limits the cache to the children the operator made. The
+// traffic kinds of canary rollouts are listed only when the cluster serves
+// them: a cache cannot be configured for a kind the API server does not know.
+func cachedChildren(cfg *rest.Config, managed cache.ByObject) map[client.Object]cache.ByObject {
+	byObject := map[client.Object]cache.ByObject{
+		&corev1.Pod{}:                   {Label: managed.Label, Transform: podStatusOnly},
+		&corev1.ConfigMap{}:             managed,
+		&corev1.Service{}:               managed,
+		&corev1.PersistentVolumeClaim{}: managed,
+		&appsv1.Deployment{}:            managed,
+	}
+	served := func(groupVersion, resource string) bool {
+		dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+		if err != nil {
+			return false
+		}
+		list, err := dc.ServerResourcesForGroupVersion(groupVersion)
+		if err != nil {
+			return false
+		}
+		for _, r := range list.APIResources {
+			if r.Name == resource {
+				return true
+			}
+		}
+		return false
+	}
+	if served(gatewayv1.GroupVersion.String(), "httproutes") {
+		byObject[&gatewayv1.HTTPRoute{}] = managed
+	}
+	if served(inferencev1.GroupVersion.String(), "inferencepools") {
+		byObject[&inferencev1.InferencePool{}] = managed
+	}
+	return byObject
 }
 
 // New builds the manager with every controller registered; Start runs it.
@@ -107,13 +151,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		GracefulShutdownTimeout:       ptrTo(30 * time.Second),
 		Controller:                    ctrlconfig.Controller{SkipNameValidation: ptrTo(opts.skipNameValidation)},
 		// managedFields are the largest part of a cached object and nothing reads them.
-		Cache: cache.Options{DefaultNamespaces: namespaces(opts.WatchNamespaces), DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:                   {Label: managed.Label, Transform: podStatusOnly},
-			&corev1.ConfigMap{}:             managed,
-			&corev1.Service{}:               managed,
-			&corev1.PersistentVolumeClaim{}: managed,
-			&appsv1.Deployment{}:            managed,
-		}},
+		Cache: cache.Options{DefaultNamespaces: namespaces(opts.WatchNamespaces), DefaultTransform: cache.TransformStripManagedFields(), ByObject: cachedChildren(cfg, managed)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
@@ -142,7 +180,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		APIReader: mgr.GetAPIReader(),
 		Scheme:    scheme,
 		Recorder:  mgr.GetEventRecorder("aiinference-operator"),
-		Options:   aiinference.Options{LoaderImage: opts.LoaderImage},
+		Options:   aiinference.Options{LoaderImage: opts.LoaderImage, PrometheusURL: opts.PrometheusURL},
 		Logs:      aiinference.PodLogs{Client: clientset},
 		Now:       time.Now,
 	}

@@ -31,6 +31,8 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/engine"
+	inferencev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
 // FieldOwner is the server-side apply field manager of the operator.
@@ -50,6 +52,9 @@ type Reconciler struct {
 	Options   Options
 	// Logs reads crash-looping engines' logs; nil: not read.
 	Logs LogReader
+	// Analyzer judges canaries on their metrics; nil: every analysis run is
+	// Inconclusive.
+	Analyzer Analyzer
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
 }
@@ -81,6 +86,8 @@ type scope struct {
 // +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=inference.networking.k8s.io,resources=inferencepools,verbs=get;list;watch;create;update;patch;delete
 
 // Reconcile brings the children of one AIInference in line with its spec and
 // writes what it observed to its status.
@@ -158,6 +165,13 @@ func (r *Reconciler) reconcileSteps(ctx context.Context, s *scope) (ctrl.Result,
 		return result, err
 	}
 	result = lowestRequeue(result, ctrl.Result{RequeueAfter: s.loads.requeue})
+	if isCanary(s.obj) && s.obs.podsSeen && s.obs.referenceProblem == nil {
+		_ = traced(ctx, "planRollout", func(ctx context.Context) error {
+			r.planRollout(ctx, s)
+			return nil
+		})
+		result = lowestRequeue(result, ctrl.Result{RequeueAfter: s.obs.rollout.requeue})
+	}
 
 	var errs []error
 	dependenciesOK := s.obs.referenceProblem == nil
@@ -187,6 +201,11 @@ func (r *Reconciler) reconcileSteps(ctx context.Context, s *scope) (ctrl.Result,
 	}
 	if err := run("reconcileService", r.reconcileService); err != nil {
 		errs = append(errs, err)
+	}
+	if s.obs.referenceProblem == nil {
+		if err := run("reconcileTraffic", r.reconcileTraffic); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := run("replacePods", r.replacePods); err != nil {
 		errs = append(errs, err)
@@ -231,6 +250,19 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 		return client.IgnoreNotFound(err)
 	}
 	metricsState.record(obj, &original.Status, &status, s.now)
+	if s.obs.rollout != nil {
+		for _, d := range s.obs.rollout.decisions {
+			eventType := corev1.EventTypeNormal
+			if warningDecisions[d.Decision] {
+				eventType = corev1.EventTypeWarning
+			}
+			r.Recorder.Eventf(obj, nil, eventType, d.Decision, "Rollout", "Revision %s, step %d, canary weight %d%%: %s", d.Revision, d.Step+1, d.Weight, d.Message)
+			rolloutDecisions.WithLabelValues(obj.Namespace, obj.Name, d.Decision).Inc()
+			if d.Decision == decisionRolledBack || d.Decision == decisionAborted {
+				canaryRollbacksTotal.WithLabelValues(obj.Namespace, obj.Name).Inc()
+			}
+		}
+	}
 	if after != nil && (before == nil || before.Reason != after.Reason) {
 		eventType := corev1.EventTypeNormal
 		if warningReasons[after.Reason] {
@@ -263,14 +295,26 @@ var warningReasons = map[string]bool{
 // objects at once. Pods are watched through the label their template carries,
 // since their owner is a ReplicaSet, not the AIInference.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(concurrency, 1)}).
 		// A new generation, or a retry asked for through the requestedAt annotation.
 		For(&servingv1.AIInference{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
 		Owns(&corev1.ConfigMap{}).
-		Owns(&corev1.PersistentVolumeClaim{}).
+		Owns(&corev1.PersistentVolumeClaim{})
+	// The traffic APIs are optional: their objects are watched when the cluster
+	// serves them at start-up.
+	if r.served(httpRouteKind) {
+		b = b.Owns(&gatewayv1.HTTPRoute{})
+	}
+	if r.served(inferencePoolKind) {
+		b = b.Owns(&inferencev1.InferencePool{})
+	}
+	return b.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToInference)).
 		Named("aiinference").
 		Complete(r)

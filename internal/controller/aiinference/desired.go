@@ -34,6 +34,12 @@ const (
 	LabelInference = "serving.aiinference.io/inference"
 	// ManagedByValue marks every child; the operator's cache only holds objects with it.
 	ManagedByValue = "aiinference-operator"
+	// LabelTrack tells a stable pod from a canary pod (rollout.strategy Canary), so
+	// that each set can have its own Service or InferencePool.
+	LabelTrack = "serving.aiinference.io/track"
+	// TrackStable and TrackCanary are the values of LabelTrack.
+	TrackStable = "stable"
+	TrackCanary = "canary"
 
 	// AnnotationSpecHash on a child is the hash of what the operator last applied,
 	// so that an unchanged child is not written again.
@@ -90,6 +96,9 @@ const loaderUID = 65532
 type Options struct {
 	// LoaderImage is the model loader's image.
 	LoaderImage string
+	// PrometheusURL is the Prometheus that canary analyses query, unless an
+	// object names its own.
+	PrometheusURL string
 }
 
 // selectorLabels select the pods of one AIInference.
@@ -114,7 +123,11 @@ func childMeta(obj *servingv1.AIInference, name string) metav1.ObjectMeta {
 
 // Child names are deterministic so a restarted operator finds what it made.
 func configMapName(obj *servingv1.AIInference) string { return obj.Name + "-loader" }
-func cachePVCName(obj *servingv1.AIInference) string  { return obj.Name + "-model-cache" }
+func canaryName(obj *servingv1.AIInference) string    { return obj.Name + "-canary" }
+func canaryConfigMapName(obj *servingv1.AIInference) string {
+	return obj.Name + "-canary-loader"
+}
+func cachePVCName(obj *servingv1.AIInference) string { return obj.Name + "-model-cache" }
 
 // replicas is the desired replica count.
 func replicas(obj *servingv1.AIInference) int32 { return ptr.Deref(obj.Spec.Replicas, 1) }
@@ -362,6 +375,7 @@ func podMetadata(obj *servingv1.AIInference) metav1.ObjectMeta {
 		}
 	}
 	maps.Copy(meta.Labels, childLabels(obj))
+	meta.Labels[LabelTrack] = TrackStable
 	return meta
 }
 

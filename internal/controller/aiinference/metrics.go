@@ -23,7 +23,7 @@ import (
 var (
 	phaseGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "aiinference_phase",
-		Help: "1 for the AIInference's current phase (Pending, Loading, Ready, Degraded, Failed), 0 for the others.",
+		Help: "1 for the AIInference's current phase (Pending, Loading, Ready, Degraded, Failed, Canary), 0 for the others.",
 	}, []string{"namespace", "name", "phase"})
 	phaseSinceGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "aiinference_phase_transition_timestamp_seconds",
@@ -79,29 +79,38 @@ var (
 		Name: "aiinference_failures_total",
 		Help: "Failures by reason: each time Ready enters a reason that needs a person (the Warning events), and each failed load by the loader's reason.",
 	}, []string{"namespace", "name", "reason"})
-	// canaryRollbacksTotal is counted by canary rollouts (not built yet); the alert
-	// AIInferenceCanaryRolledBack watches it.
+	// canaryRollbacksTotal counts rollbacks, by analysis, failed loads or by
+	// hand; the alert AIInferenceCanaryRolledBack watches it.
 	canaryRollbacksTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "aiinference_canary_rollbacks_total",
-		Help: "Canary rollouts of the AIInference rolled back by the operator's analysis.",
+		Help: "Canary rollouts of the AIInference rolled back (a failed analysis, the canary's loads stopped, or aborted by hand).",
 	}, []string{"namespace", "name"})
+	// rolloutDecisions counts the decisions of canary rollouts; decision is one of
+	// the words of status.rollout.history (13 values).
+	rolloutDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "aiinference_rollout_decisions_total",
+		Help: "Decisions of the AIInference's canary rollouts (CanaryStarted, StepStarted, AnalysisPassed, Promoted, RolledBack, ...).",
+	}, []string{"namespace", "name", "decision"})
 
 	objectVecs = []interface {
 		DeletePartialMatch(prometheus.Labels) int
 	}{
 		phaseGauge, phaseSinceGauge, readyReasonGauge, desiredGauge, readyGauge, updatedGauge, loadingTimeoutGauge,
 		loadDuration, loadBytesGauge, loadFetchedGauge, loadThroughputGauge, timeToReady, loadRetriesTotal, failuresTotal,
-		canaryRollbacksTotal,
+		canaryRollbacksTotal, rolloutDecisions,
 	}
 )
 
+// collectors are the operator's own metrics.
+var collectors = []prometheus.Collector{phaseGauge, phaseSinceGauge, readyReasonGauge, desiredGauge, readyGauge, updatedGauge,
+	loadingTimeoutGauge, loadDuration, loadBytesGauge, loadFetchedGauge, loadThroughputGauge, timeToReady,
+	loadRetriesTotal, failuresTotal, canaryRollbacksTotal, rolloutDecisions}
+
 func init() {
-	ctrlmetrics.Registry.MustRegister(phaseGauge, phaseSinceGauge, readyReasonGauge, desiredGauge, readyGauge, updatedGauge,
-		loadingTimeoutGauge, loadDuration, loadBytesGauge, loadFetchedGauge, loadThroughputGauge, timeToReady,
-		loadRetriesTotal, failuresTotal, canaryRollbacksTotal)
+	ctrlmetrics.Registry.MustRegister(collectors...)
 }
 
-var phases = []servingv1.Phase{servingv1.PhasePending, servingv1.PhaseLoading, servingv1.PhaseReady, servingv1.PhaseDegraded, servingv1.PhaseFailed}
+var phases = []servingv1.Phase{servingv1.PhasePending, servingv1.PhaseLoading, servingv1.PhaseReady, servingv1.PhaseDegraded, servingv1.PhaseFailed, servingv1.PhaseCanary}
 
 // statusMetrics turns status changes into metrics. It remembers, per object, when
 // its phase last changed and when it first saw each generation, which status
@@ -235,9 +244,7 @@ func (m *statusMetrics) forget(key types.NamespacedName) {
 // their _bucket, _sum and _count series).
 func MetricNames() []string {
 	ch := make(chan *prometheus.Desc, 64)
-	for _, c := range []prometheus.Collector{phaseGauge, phaseSinceGauge, readyReasonGauge, desiredGauge, readyGauge, updatedGauge,
-		loadingTimeoutGauge, loadDuration, loadBytesGauge, loadFetchedGauge, loadThroughputGauge, timeToReady,
-		loadRetriesTotal, failuresTotal, canaryRollbacksTotal} {
+	for _, c := range collectors {
 		c.Describe(ch)
 	}
 	close(ch)

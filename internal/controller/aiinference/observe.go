@@ -19,6 +19,8 @@ type podView struct {
 	UID  types.UID
 	// Current is true for pods of the desired template (not of an earlier spec).
 	Current bool
+	// Canary is true for the pods of a canary rollout's canary Deployment.
+	Canary bool
 	// Scheduled is true once the pod is bound to a node.
 	Scheduled bool
 	// Unschedulable is the scheduler's explanation when it cannot place the pod,
@@ -98,6 +100,7 @@ func observePod(pod *corev1.Pod, templateHash string) podView {
 		Name:      pod.Name,
 		UID:       pod.UID,
 		Current:   pod.Annotations[AnnotationTemplateHash] == templateHash,
+		Canary:    pod.Labels[LabelTrack] == TrackCanary,
 		Scheduled: pod.Spec.NodeName != "",
 	}
 	for _, c := range pod.Status.Conditions {

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -90,6 +91,12 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	} else if client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("reading Deployment %s: %w", s.obj.Name, err)
 	}
+	canary := &appsv1.Deployment{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: s.obj.Namespace, Name: canaryName(s.obj)}, canary); err == nil && metav1.IsControlledBy(canary, s.obj) {
+		s.obs.canary = canary
+	} else if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("reading Deployment %s: %w", canaryName(s.obj), err)
+	}
 	pods := &corev1.PodList{}
 	if err := r.List(ctx, pods, client.InNamespace(s.obj.Namespace), client.MatchingLabels(selectorLabels(s.obj))); err != nil {
 		s.loads = keptAssessment(s.obj)
@@ -125,8 +132,27 @@ func (r *Reconciler) readCrashLogs(ctx context.Context, s *scope) {
 	}
 }
 
+// reconcileConfigMap writes the loader configuration. In a canary rollout the
+// canary has its own, and the stable pods keep theirs until promotion: a
+// restarted stable pod must load the stable model.
 func (r *Reconciler) reconcileConfigMap(ctx context.Context, s *scope) error {
-	cm, err := desiredConfigMap(s.obj, s.config, loaderBudget(s.obj, s.loads))
+	budget := loaderBudget(s.obj, s.loads)
+	canary, err := desiredCanaryConfigMap(s.obj, s.config, budget)
+	if err != nil {
+		return err
+	}
+	if s.obs.rollout.canaryActive() {
+		if _, err := r.apply(ctx, s, canary, &corev1.ConfigMap{}); err != nil {
+			return err
+		}
+	} else if err := r.deleteOwned(ctx, s, canary, &corev1.ConfigMap{}); err != nil {
+		return err
+	}
+	if isCanary(s.obj) && (s.obs.rollout == nil || s.obs.rollout.keepStableTemplate) {
+		trace.SpanFromContext(ctx).SetAttributes(attrDecision.String("skipped"), attrWhy.String("the stable pods keep their configuration during a canary rollout"))
+		return nil
+	}
+	cm, err := desiredConfigMap(s.obj, s.config, budget)
 	if err != nil {
 		return err
 	}
@@ -155,15 +181,36 @@ func (r *Reconciler) reconcileCachePVC(ctx context.Context, s *scope) error {
 }
 
 func (r *Reconciler) reconcileDeployment(ctx context.Context, s *scope) error {
+	desired := s.deployment
+	if s.obs.rollout != nil {
+		desired = desiredStableDeployment(s.deployment, s.obs.deployment, s.obs.rollout)
+	}
 	existing := &appsv1.Deployment{}
-	res, err := r.apply(ctx, s, s.deployment, existing)
+	res, err := r.apply(ctx, s, desired, existing)
 	if err != nil {
 		return err
 	}
 	if res == applyUnchanged || res == applyUpdated {
 		s.obs.deployment = existing
 	}
-	return nil
+	return r.reconcileCanaryDeployment(ctx, s)
+}
+
+// reconcileCanaryDeployment runs the canary's pods while the plan wants them and
+// removes them otherwise. A new canary waits until the stable set has shrunk to
+// make room for it, so that its pods do not sit unschedulable on a full cluster.
+func (r *Reconciler) reconcileCanaryDeployment(ctx context.Context, s *scope) error {
+	desired := desiredCanaryDeployment(s.obj, s.deployment, 1)
+	if !s.obs.rollout.canaryActive() {
+		return r.deleteOwned(ctx, s, desired, &appsv1.Deployment{})
+	}
+	desired.Spec.Replicas = ptr.To(s.obs.rollout.canaryReplicas)
+	if stable := s.obs.deployment; s.obs.canary == nil && stable != nil && stable.Status.Replicas > s.obs.rollout.stableReplicas {
+		trace.SpanFromContext(ctx).SetAttributes(attrDecision.String("skipped"), attrWhy.String("the stable pods are making room for the canary"))
+		return nil
+	}
+	_, err := r.apply(ctx, s, desired, &appsv1.Deployment{})
+	return err
 }
 
 func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {

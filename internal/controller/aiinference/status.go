@@ -30,6 +30,11 @@ type observation struct {
 	stepError error
 	// deployment is the observed Deployment; nil until it exists.
 	deployment *appsv1.Deployment
+	// canary is the observed canary Deployment of a canary rollout; nil when none.
+	canary *appsv1.Deployment
+	// rollout is the canary rollout's plan for this pass; nil with the Rolling
+	// strategy, or when the pass could not plan it.
+	rollout *rolloutPlan
 	// podsSeen is false when the pods could not be listed: what status says of
 	// them is kept from the last pass.
 	podsSeen bool
@@ -77,7 +82,14 @@ func observeRollout(obj *servingv1.AIInference, obs observation, templateHash st
 	if current {
 		ro.updated = d.Status.UpdatedReplicas
 	}
-	ro.done = current && !obs.childChanged && d.Status.ObservedGeneration >= d.Generation &&
+	if c := obs.canary; c != nil {
+		// A canary's pods serve too, but while they exist the rollout is not done.
+		ro.ready += c.Status.ReadyReplicas
+		if c.Spec.Template.Annotations[AnnotationTemplateHash] == templateHash {
+			ro.updated += c.Status.UpdatedReplicas
+		}
+	}
+	ro.done = obs.canary == nil && current && !obs.childChanged && d.Status.ObservedGeneration >= d.Generation &&
 		ro.updated == ro.desired && d.Status.Replicas == ro.desired &&
 		d.Status.AvailableReplicas >= ro.desired && d.Status.ReadyReplicas >= ro.desired
 	for _, c := range d.Status.Conditions {
@@ -108,6 +120,15 @@ func computeStatus(obj *servingv1.AIInference, obs observation, loads loadAssess
 	st.Replicas, st.ReadyReplicas, st.UpdatedReplicas = 0, ro.ready, ro.updated
 	if d := obs.deployment; d != nil {
 		st.Replicas = d.Status.Replicas
+	}
+	if c := obs.canary; c != nil {
+		st.Replicas += c.Status.Replicas
+	}
+	switch {
+	case obs.rollout != nil:
+		st.Rollout = obs.rollout.status
+	case !isCanary(obj):
+		st.Rollout = nil
 	}
 	st.Ready = fmt.Sprintf("%d/%d", st.ReadyReplicas, ro.desired)
 	st.GPU = gpuSummary(obj.Spec.GPU)
@@ -186,6 +207,9 @@ func summarize(obj *servingv1.AIInference, obs observation, loads loadAssessment
 		if p != nil {
 			return servingv1.PhasePending, verdict{status: metav1.ConditionFalse, reason: p.reason, message: p.message, stalled: true}
 		}
+	}
+	if phase, v, ok := canaryVerdict(obj, obs, loads, ro); ok {
+		return phase, v
 	}
 	if reason := loads.halted(); reason != "" {
 		phase, msg := servingv1.PhaseFailed, haltMessage(obj, loads)
@@ -413,4 +437,54 @@ func setCondition(st *servingv1.AIInferenceStatus, generation int64, condType st
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 		Type: condType, Status: status, Reason: reason, Message: message, ObservedGeneration: generation,
 	})
+}
+
+// canaryVerdict explains a canary rollout in progress or rolled back; ok is
+// false when there is none and the Rolling rules apply.
+func canaryVerdict(obj *servingv1.AIInference, obs observation, loads loadAssessment, ro rollout) (servingv1.Phase, verdict, bool) {
+	plan := obs.rollout
+	if plan == nil || plan.status == nil {
+		return "", verdict{}, false
+	}
+	st := plan.status
+	c := obj.Spec.Rollout.Canary
+	stableServes := fmt.Sprintf("the stable pods (revision %s) serve with %d ready", st.StableRevision, ro.ready-ro.currentReady)
+	split := "split by the HTTPRoute's weights"
+	if st.TrafficSplit == splitReplicaCount {
+		split = "one Service selects both, so the split follows the ready replicas"
+	}
+	canaryAt := fmt.Sprintf("Canary revision %s takes %d%% of the traffic (%s) at step %d of %d", st.CanaryRevision, st.Weight, split, min(int(st.Step)+1, len(c.Steps)), len(c.Steps))
+	switch st.Phase {
+	case servingv1.RolloutRolledBack:
+		if !plan.keepStableTemplate {
+			return "", verdict{}, false
+		}
+		phase := servingv1.PhaseDegraded
+		if ro.ready == 0 {
+			phase = servingv1.PhaseFailed
+		}
+		return phase, verdict{status: metav1.ConditionFalse, reason: servingv1.ReasonRolledBack, stalled: true, message: fmt.Sprintf(
+			"Revision %s was rolled back: %s; %s. Fix the spec, or set the %s annotation to try the canary again",
+			st.CanaryRevision, st.Message, stableServes, servingv1.AnnotationRequestedAt)}, true
+	case servingv1.RolloutInconclusive:
+		return servingv1.PhaseCanary, verdict{status: metav1.ConditionFalse, reason: servingv1.ReasonAnalysisInconclusive, stalled: true,
+			message: canaryAt + "; " + st.Message + "; " + stableServes}, true
+	case servingv1.RolloutPromoting:
+		return servingv1.PhaseCanary, verdict{status: metav1.ConditionFalse, reason: servingv1.ReasonPromoting,
+			message: fmt.Sprintf("Revision %s passed its canary steps; %d of %d replicas run it and are ready, the canary serves meanwhile", st.CanaryRevision, ro.currentReady, ro.desired)}, true
+	case servingv1.RolloutProgressing, servingv1.RolloutPaused:
+		if st.StepStartedAt == nil {
+			// The canary's pods are not ready yet: say why, as for any pods.
+			phase, v := waitingVerdict(obj, obs, loads, ro)
+			v.message = fmt.Sprintf("Canary revision %s: %s; %s", st.CanaryRevision, v.message, stableServes)
+			return phase, v, true
+		}
+		reason := servingv1.ReasonCanaryProgressing
+		if step := c.Steps[min(int(st.Step), len(c.Steps)-1)]; st.Phase == servingv1.RolloutPaused || (step.Pause != nil && step.Pause.Duration == nil) {
+			reason = servingv1.ReasonCanaryPaused
+		}
+		return servingv1.PhaseCanary, verdict{status: metav1.ConditionFalse, reason: reason,
+			message: canaryAt + ": " + st.Message + "; " + stableServes}, true
+	}
+	return "", verdict{}, false
 }

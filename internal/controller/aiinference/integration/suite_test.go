@@ -63,9 +63,14 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	trafficCRDs, err := testutil.TrafficCRDs()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
+		CRDDirectoryPaths:     append([]string{filepath.Join(root, "config", "crd", "bases")}, trafficCRDs...),
 		ErrorIfCRDPathMissing: true,
 	}
 	cfg, err := env.Start()

@@ -1,0 +1,543 @@
+package aiinference
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/loadspec"
+)
+
+// A canary rollout (rollout.strategy Canary) runs the new spec as a second
+// Deployment, <name>-canary, with its own loader ConfigMap, next to the stable
+// Deployment <name>, which keeps the template it runs until promotion. The state
+// of the rollout (step, weight, analysis runs) lives in status.rollout: time and
+// analysis results cannot be read back from the children.
+
+// maxAnalysisRuns and maxHistory bound status.rollout's lists.
+const (
+	maxAnalysisRuns = 10
+	maxHistory      = 20
+)
+
+// Rollout decisions, recorded in status.rollout.history and as events.
+const (
+	decisionCanaryStarted  = "CanaryStarted"
+	decisionStepStarted    = "StepStarted"
+	decisionAnalysisPassed = "AnalysisPassed"
+	decisionPauseEnded     = "PauseEnded"
+	decisionPaused         = "Paused"
+	decisionResumed        = "Resumed"
+	decisionPromotedStep   = "StepPromoted"
+	decisionInconclusive   = "Inconclusive"
+	decisionPromoting      = "Promoting"
+	decisionPromoted       = "Promoted"
+	decisionRolledBack     = "RolledBack"
+	decisionAborted        = "Aborted"
+	decisionSuperseded     = "Superseded"
+)
+
+// warningDecisions are the decisions that need a person's attention.
+var warningDecisions = map[string]bool{decisionRolledBack: true, decisionAborted: true, decisionInconclusive: true}
+
+// rolloutPlan is what the canary rollout wants of the children in this pass.
+type rolloutPlan struct {
+	// status is status.rollout after this pass.
+	status *servingv1.RolloutStatus
+	// keepStableTemplate is true while the stable Deployment must keep the
+	// template it runs (a canary is in progress or was rolled back).
+	keepStableTemplate bool
+	// stableReplicas is the stable Deployment's replica count.
+	stableReplicas int32
+	// canaryReplicas is the canary Deployment's replica count; 0: no canary.
+	canaryReplicas int32
+	// decisions are the decisions taken in this pass, for events and metrics.
+	decisions []servingv1.RolloutDecision
+	// requeue is when the rollout must be looked at again (a pause ends, an
+	// analysis run is due); 0: on the next change of a child.
+	requeue time.Duration
+}
+
+// canaryActive is true when the plan runs a canary next to the stable pods.
+func (p *rolloutPlan) canaryActive() bool { return p != nil && p.canaryReplicas > 0 }
+
+// isCanary is true when the object rolls out with the Canary strategy.
+func isCanary(obj *servingv1.AIInference) bool {
+	r := obj.Spec.Rollout
+	return r != nil && r.Strategy == servingv1.RolloutCanary && r.Canary != nil
+}
+
+func canaryMaxSurge(c *servingv1.CanarySpec) int32 { return ptr.Deref(c.MaxSurge, 1) }
+
+// reducedStableReplicas is the stable set's size while a canary runs: one stable
+// replica fewer for each canary pod beyond the surge, but never none.
+func reducedStableReplicas(obj *servingv1.AIInference) int32 {
+	c := obj.Spec.Rollout.Canary
+	want := replicas(obj)
+	return max(min(want, want-canaryReplicaCount(c)+canaryMaxSurge(c)), 1)
+}
+
+func canaryReplicaCount(c *servingv1.CanarySpec) int32 { return max(c.Replicas, 1) }
+
+// rolloutInput is what the rollout decides on.
+type rolloutInput struct {
+	obj        *servingv1.AIInference
+	now        time.Time
+	desiredRev string
+	// stableRev is the revision the stable Deployment runs; "" when it does not exist.
+	stableRev string
+	// stableRolledOut is true when the stable Deployment runs desiredRev on
+	// stableWanted ready replicas and no others.
+	stableRolledOut bool
+	// stableReady and canaryReady are the ready replicas of each set; canaryReady
+	// counts only canary pods of desiredRev.
+	stableReady, canaryReady int32
+	// loadsHalted is the reason the canary's loads stopped, if they did.
+	loadsHalted string
+	// analyze runs one analysis of the current step.
+	analyze func(step int32, a *servingv1.AnalysisStep) servingv1.AnalysisRun
+}
+
+// planRollout advances a canary rollout by what was observed: it starts a canary
+// for a new revision, moves through the steps, rolls back or promotes.
+func planRollout(in rolloutInput) rolloutPlan {
+	obj := in.obj
+	c := obj.Spec.Rollout.Canary
+	st := &servingv1.RolloutStatus{}
+	if obj.Status.Rollout != nil {
+		st = obj.Status.Rollout.DeepCopy()
+	}
+	st.Analysis = runsOfStep(st.Analysis, st.Step)
+	plan := rolloutPlan{status: st, stableReplicas: replicas(obj)}
+	decide := func(decision, message string) {
+		d := servingv1.RolloutDecision{Time: metav1.NewTime(in.now.Truncate(time.Second)), Decision: decision,
+			Revision: st.CanaryRevision, Step: st.Step, Weight: st.Weight, Message: message}
+		plan.decisions = append(plan.decisions, d)
+		st.History = append(st.History, d)
+		if n := len(st.History); n > maxHistory {
+			st.History = st.History[n-maxHistory:]
+		}
+	}
+	abort := obj.Annotations[servingv1.AnnotationAbort]
+	newAbort := abort != "" && abort != st.LastHandledAbort
+	promote := obj.Annotations[servingv1.AnnotationPromote]
+	newPromote := promote != "" && promote != st.LastHandledPromote
+	st.LastHandledAbort, st.LastHandledPromote = abort, promote
+	inProgress := st.Phase == servingv1.RolloutProgressing || st.Phase == servingv1.RolloutPaused || st.Phase == servingv1.RolloutInconclusive
+
+	switch {
+	case in.stableRev == "" || replicas(obj) == 0:
+		// The first version has nothing to be compared with, and no replicas means
+		// no traffic to judge: the stable Deployment takes the spec directly.
+		st.StableRevision, st.Weight = in.desiredRev, 0
+		if inProgress && st.CanaryRevision != in.desiredRev {
+			decide(decisionSuperseded, "no stable replica to compare the canary with")
+			st.Phase = ""
+		}
+		return plan
+	case st.Phase == servingv1.RolloutPromoting && st.CanaryRevision == in.desiredRev:
+		if in.stableRev == in.desiredRev && in.stableRolledOut {
+			st.Phase, st.StableRevision, st.Weight, st.Message = servingv1.RolloutPromoted, in.desiredRev, 0, ""
+			decide(decisionPromoted, fmt.Sprintf("the stable pods run revision %s; the canary's pods are removed", in.desiredRev))
+			return plan
+		}
+		plan.stableReplicas = reducedStableReplicas(obj)
+		plan.canaryReplicas = canaryReplicaCount(c)
+		st.Weight = readyShare(in.canaryReady, in.stableReady)
+		st.Message = fmt.Sprintf("the stable pods take revision %s while the canary serves; traffic follows the ready replicas", in.desiredRev)
+		return plan
+	case in.stableRev == in.desiredRev:
+		// Nothing to roll out: the spec is what the stable pods run (possibly
+		// because it went back to it during a canary).
+		if inProgress || st.Phase == servingv1.RolloutPromoting {
+			decide(decisionSuperseded, fmt.Sprintf("the spec is back to the stable revision %s; the canary of %s is removed", in.desiredRev, st.CanaryRevision))
+			st.Phase = ""
+		}
+		st.StableRevision, st.Weight, st.Message, st.Analysis = in.desiredRev, 0, "", nil
+		return plan
+	}
+
+	// A revision other than the stable one is wanted.
+	retry := obj.Annotations[servingv1.AnnotationRequestedAt] != obj.Status.LastHandledRequestedAt
+	if st.CanaryRevision != in.desiredRev || (st.Phase == servingv1.RolloutRolledBack && retry) || st.Phase == "" || st.Phase == servingv1.RolloutPromoted {
+		if inProgress && st.CanaryRevision != in.desiredRev {
+			decide(decisionSuperseded, fmt.Sprintf("a newer spec (revision %s) replaces the canary of %s", in.desiredRev, st.CanaryRevision))
+		}
+		*st = servingv1.RolloutStatus{StableRevision: in.stableRev, CanaryRevision: in.desiredRev, Phase: servingv1.RolloutProgressing,
+			History: st.History, LastHandledAbort: abort, LastHandledPromote: promote}
+		newAbort, newPromote = false, false
+		decide(decisionCanaryStarted, fmt.Sprintf("revision %s starts as a canary of %d pods next to the stable revision %s", in.desiredRev, canaryReplicaCount(c), in.stableRev))
+	}
+	st.StableRevision = in.stableRev
+	plan.keepStableTemplate = true
+	if st.Phase == servingv1.RolloutRolledBack {
+		st.Weight = 0
+		return plan
+	}
+	rollBack := func(decision, message string) rolloutPlan {
+		st.Weight = 0
+		decide(decision, message)
+		st.Phase, st.StepStartedAt, st.Message = servingv1.RolloutRolledBack, nil, message
+		plan.stableReplicas, plan.canaryReplicas = replicas(obj), 0
+		return plan
+	}
+	plan.stableReplicas = reducedStableReplicas(obj)
+	plan.canaryReplicas = canaryReplicaCount(c)
+	switch {
+	case newAbort:
+		return rollBack(decisionAborted, "aborted by hand (annotation "+servingv1.AnnotationAbort+"); all traffic is back on the stable pods")
+	case in.loadsHalted != "":
+		return rollBack(decisionRolledBack, fmt.Sprintf("the canary's model loads stopped (%s); all traffic is back on the stable pods", in.loadsHalted))
+	}
+	if st.StepStartedAt == nil {
+		if in.canaryReady < plan.canaryReplicas {
+			st.Message = fmt.Sprintf("waiting for the canary's pods: %d of %d ready", in.canaryReady, plan.canaryReplicas)
+			return plan
+		}
+		startStep(st, c, in.now)
+		decide(decisionStepStarted, fmt.Sprintf("step %d of %d: the canary takes %d%% of the traffic", st.Step+1, len(c.Steps), st.Weight))
+	}
+
+	switch paused := obj.Annotations[servingv1.AnnotationPaused] == "true"; {
+	case paused && st.Phase != servingv1.RolloutPaused:
+		st.Phase = servingv1.RolloutPaused
+		decide(decisionPaused, "paused by hand (annotation "+servingv1.AnnotationPaused+")")
+	case !paused && st.Phase == servingv1.RolloutPaused:
+		st.Phase = servingv1.RolloutProgressing
+		decide(decisionResumed, "resumed: the annotation "+servingv1.AnnotationPaused+" is gone")
+	}
+	if st.Phase == servingv1.RolloutPaused {
+		st.Message = fmt.Sprintf("paused by hand at step %d of %d; remove the annotation %s to go on", st.Step+1, len(c.Steps), servingv1.AnnotationPaused)
+		return plan
+	}
+
+	advance := func(decision, message string) {
+		decide(decision, message)
+		st.Step++
+		st.Analysis = nil
+		if int(st.Step) >= len(c.Steps) {
+			st.Phase, st.StepStartedAt = servingv1.RolloutPromoting, nil
+			decide(decisionPromoting, fmt.Sprintf("every step passed: the stable pods take revision %s", in.desiredRev))
+			return
+		}
+		st.Phase = servingv1.RolloutProgressing
+		startStep(st, c, in.now)
+		decide(decisionStepStarted, fmt.Sprintf("step %d of %d: the canary takes %d%% of the traffic", st.Step+1, len(c.Steps), st.Weight))
+	}
+	if newPromote {
+		advance(decisionPromotedStep, fmt.Sprintf("step %d promoted by hand (annotation %s)", st.Step+1, servingv1.AnnotationPromote))
+	} else {
+		step := c.Steps[st.Step]
+		switch {
+		case step.Pause != nil:
+			plan.requeue = pauseStep(st, step.Pause, len(c.Steps), in.now, advance)
+		case step.Analysis != nil && st.Phase != servingv1.RolloutInconclusive:
+			var verdict servingv1.Verdict
+			plan.requeue, verdict = analysisStep(st, step.Analysis, in, decide)
+			switch {
+			case verdict == servingv1.VerdictFail:
+				return rollBack(decisionRolledBack, fmt.Sprintf("analysis failed at step %d: %s; all traffic is back on the stable pods", st.Step+1, failedChecks(st.Analysis)))
+			case verdict == servingv1.VerdictInconclusive:
+				st.Phase = servingv1.RolloutInconclusive
+				decide(decisionInconclusive, fmt.Sprintf("analysis at step %d could not judge the canary (%s); promote or abort by hand", st.Step+1, failedChecks(st.Analysis)))
+			case verdict == servingv1.VerdictPass:
+				advance(decisionAnalysisPassed, fmt.Sprintf("analysis passed at step %d", st.Step+1))
+			}
+		}
+	}
+	switch st.Phase {
+	case servingv1.RolloutPromoting:
+		plan.keepStableTemplate = false
+		st.Weight = readyShare(in.canaryReady, in.stableReady)
+		st.Message = fmt.Sprintf("every step passed; the stable pods take revision %s", in.desiredRev)
+	case servingv1.RolloutInconclusive:
+		st.Message = fmt.Sprintf("analysis at step %d could not judge the canary: %s; set the annotation %s to go on or %s to roll back",
+			st.Step+1, failedChecks(st.Analysis), servingv1.AnnotationPromote, servingv1.AnnotationAbort)
+	}
+	return plan
+}
+
+// startStep begins the current step: its weight applies from now.
+func startStep(st *servingv1.RolloutStatus, c *servingv1.CanarySpec, now time.Time) {
+	st.StepStartedAt = ptr.To(metav1.NewTime(now.Truncate(time.Second)))
+	st.Weight = c.Steps[st.Step].Weight
+}
+
+// pauseStep waits out a pause; without a duration it waits to be promoted.
+func pauseStep(st *servingv1.RolloutStatus, pause *servingv1.PauseStep, steps int, now time.Time, advance func(string, string)) time.Duration {
+	if pause.Duration == nil {
+		st.Message = fmt.Sprintf("step %d of %d holds %d%% of the traffic until promoted: set the annotation %s", st.Step+1, steps, st.Weight, servingv1.AnnotationPromote)
+		return 0
+	}
+	end := st.StepStartedAt.Add(pause.Duration.Duration)
+	if now.Before(end) {
+		st.Message = fmt.Sprintf("step %d of %d holds %d%% of the traffic until %s", st.Step+1, steps, st.Weight, end.UTC().Format(time.RFC3339))
+		return end.Sub(now)
+	}
+	advance(decisionPauseEnded, fmt.Sprintf("the pause of step %d ended", st.Step+1))
+	return 0
+}
+
+// analysisStep runs the current step's analysis when a run is due and judges the
+// step: Pass once enough runs passed, Fail or Inconclusive past their limits, ""
+// while it goes on.
+func analysisStep(st *servingv1.RolloutStatus, a *servingv1.AnalysisStep, in rolloutInput, decide func(string, string)) (time.Duration, servingv1.Verdict) {
+	interval := analysisInterval(a)
+	last := st.StepStartedAt.Time
+	if n := len(st.Analysis); n > 0 {
+		last = st.Analysis[n-1].Time.Time
+	}
+	due := last.Add(interval)
+	if in.now.Before(due) {
+		st.Message = fmt.Sprintf("step %d of %d: %d%% of the traffic; next analysis run at %s (%s)",
+			st.Step+1, len(in.obj.Spec.Rollout.Canary.Steps), st.Weight, due.UTC().Format(time.RFC3339), tally(st.Analysis, a))
+		return due.Sub(in.now), ""
+	}
+	run := in.analyze(st.Step, a)
+	run.Step, run.Time = st.Step, metav1.NewTime(in.now.Truncate(time.Second))
+	st.Analysis = append(st.Analysis, run)
+	if n := len(st.Analysis); n > maxAnalysisRuns {
+		st.Analysis = st.Analysis[n-maxAnalysisRuns:]
+	}
+	passed, failed, inconclusive := countVerdicts(st.Analysis)
+	st.Message = fmt.Sprintf("step %d of %d: %d%% of the traffic; analysis run %s (%s)",
+		st.Step+1, len(in.obj.Spec.Rollout.Canary.Steps), st.Weight, run.Verdict, tally(st.Analysis, a))
+	switch {
+	case failed > a.FailureLimit:
+		return 0, servingv1.VerdictFail
+	case inconclusive > a.InconclusiveLimit:
+		return 0, servingv1.VerdictInconclusive
+	case passed >= max(a.Runs, 1):
+		return 0, servingv1.VerdictPass
+	}
+	return interval, ""
+}
+
+func analysisInterval(a *servingv1.AnalysisStep) time.Duration {
+	if a.Interval == nil || a.Interval.Duration <= 0 {
+		return time.Minute
+	}
+	return a.Interval.Duration
+}
+
+func countVerdicts(runs []servingv1.AnalysisRun) (passed, failed, inconclusive int32) {
+	for _, r := range runs {
+		switch r.Verdict {
+		case servingv1.VerdictPass:
+			passed++
+		case servingv1.VerdictFail:
+			failed++
+		default:
+			inconclusive++
+		}
+	}
+	return passed, failed, inconclusive
+}
+
+// tally says how the step's runs stand against its limits.
+func tally(runs []servingv1.AnalysisRun, a *servingv1.AnalysisStep) string {
+	passed, failed, inconclusive := countVerdicts(runs)
+	return fmt.Sprintf("%d of %d passing runs, %d failed (limit %d), %d inconclusive (limit %d)",
+		passed, max(a.Runs, 1), failed, a.FailureLimit, inconclusive, a.InconclusiveLimit)
+}
+
+// failedChecks names what the latest run found wrong.
+func failedChecks(runs []servingv1.AnalysisRun) string {
+	if len(runs) == 0 {
+		return "no run"
+	}
+	run := runs[len(runs)-1]
+	msg := ""
+	for _, c := range run.Checks {
+		if c.Verdict == servingv1.VerdictPass {
+			continue
+		}
+		if msg != "" {
+			msg += "; "
+		}
+		msg += fmt.Sprintf("%s %s", c.Name, c.Verdict)
+		if c.Value != "" {
+			msg += fmt.Sprintf(" (value %s, threshold %s, %d samples)", c.Value, c.Threshold, c.Samples)
+		}
+		if c.Message != "" {
+			msg += ": " + c.Message
+		}
+	}
+	if msg == "" {
+		msg = "run " + string(run.Verdict)
+	}
+	return msg
+}
+
+// runsOfStep keeps the analysis runs of the current step.
+func runsOfStep(runs []servingv1.AnalysisRun, step int32) []servingv1.AnalysisRun {
+	var kept []servingv1.AnalysisRun
+	for _, r := range runs {
+		if r.Step == step {
+			kept = append(kept, r)
+		}
+	}
+	return kept
+}
+
+// readyShare is the canary's share of the ready replicas, in percent: while
+// the stable set is replaced, traffic goes where pods are ready.
+func readyShare(canaryReady, stableReady int32) int32 {
+	if canaryReady+stableReady == 0 {
+		return 0
+	}
+	return int32(float64(canaryReady) * 100 / float64(canaryReady+stableReady))
+}
+
+// desiredCanaryConfigMap is the canary's loader configuration: the stable pods
+// keep theirs (a restarted stable pod loads the stable model).
+func desiredCanaryConfigMap(obj *servingv1.AIInference, config string, budget loadspec.Budget) (*corev1.ConfigMap, error) {
+	cm, err := desiredConfigMap(obj, config, budget)
+	if err != nil {
+		return nil, err
+	}
+	cm.Name = canaryConfigMapName(obj)
+	return cm, nil
+}
+
+// desiredCanaryDeployment runs the desired pods as canaries: the same template
+// and revision as the stable Deployment would get, marked as canary and reading
+// the canary's ConfigMap. A new canary revision replaces its pods one by one
+// without a surge, as GPUs are scarce.
+func desiredCanaryDeployment(obj *servingv1.AIInference, desired *appsv1.Deployment, replicas int32) *appsv1.Deployment {
+	d := desired.DeepCopy()
+	d.Name = canaryName(obj)
+	d.Labels[LabelTrack] = TrackCanary
+	selector := maps.Clone(selectorLabels(obj))
+	selector[LabelTrack] = TrackCanary
+	d.Spec.Selector = &metav1.LabelSelector{MatchLabels: selector}
+	d.Spec.Replicas = ptr.To(replicas)
+	d.Spec.Template.Labels[LabelTrack] = TrackCanary
+	for i := range d.Spec.Template.Spec.Volumes {
+		if v := &d.Spec.Template.Spec.Volumes[i]; v.Name == configVolume && v.ConfigMap != nil {
+			v.ConfigMap.Name = canaryConfigMapName(obj)
+		}
+	}
+	d.Spec.Strategy = noSurgeStrategy()
+	return d
+}
+
+// noSurgeStrategy replaces pods one at a time, taking one down before starting
+// its successor: the GPUs a canary rollout may use are already in use.
+func noSurgeStrategy() appsv1.DeploymentStrategy {
+	return appsv1.DeploymentStrategy{
+		Type: appsv1.RollingUpdateDeploymentStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateDeployment{
+			MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+			MaxSurge:       ptr.To(intstr.FromInt32(0)),
+		},
+	}
+}
+
+// desiredStableDeployment is the stable Deployment in a canary rollout: the
+// desired one, or, while a canary runs or after it was rolled back, the template
+// it runs now. Its replicas make room for the canary, and it replaces pods
+// without a surge (the canary holds the surge).
+func desiredStableDeployment(desired, observed *appsv1.Deployment, plan *rolloutPlan) *appsv1.Deployment {
+	d := desired.DeepCopy()
+	if plan.keepStableTemplate && observed != nil {
+		d.Spec.Template = *observed.Spec.Template.DeepCopy()
+	}
+	d.Spec.Replicas = ptr.To(plan.stableReplicas)
+	d.Spec.Strategy = noSurgeStrategy()
+	return d
+}
+
+// canaryTargets are the PromQL label matchers of the canary's and the stable
+// pods: Prometheus labels scraped pods with their namespace and name, and the
+// names of a Deployment's pods are <deployment>-<hash>-<suffix>.
+func canaryTargets(obj *servingv1.AIInference) (canary, stable string) {
+	pods := func(deployment string) string {
+		return fmt.Sprintf(`namespace=%q,pod=~%q`, obj.Namespace, deployment+"-[a-z0-9]+-[a-z0-9]+")
+	}
+	return pods(canaryName(obj)), pods(obj.Name)
+}
+
+// runAnalysis runs one analysis of the current step against Prometheus.
+func (r *Reconciler) runAnalysis(ctx context.Context, obj *servingv1.AIInference, step int32, a *servingv1.AnalysisStep) servingv1.AnalysisRun {
+	url := obj.Spec.Rollout.Canary.PrometheusURL
+	if url == "" {
+		url = r.Options.PrometheusURL
+	}
+	canary, stable := canaryTargets(obj)
+	in := AnalysisInput{PrometheusURL: url, Engine: obj.Spec.Engine.Type, Step: step, Analysis: a,
+		Window: analysisInterval(a), CanarySelector: canary, StableSelector: stable}
+	if url == "" || r.Analyzer == nil {
+		return inconclusiveRun(a, "no Prometheus to query: set the operator's --prometheus-url or rollout.canary.prometheusURL")
+	}
+	ctx, cancel := context.WithTimeout(ctx, analysisTimeout)
+	defer cancel()
+	return r.Analyzer(ctx, in)
+}
+
+// analysisTimeout bounds one analysis run, so a slow Prometheus cannot hold a
+// reconcile worker.
+const analysisTimeout = 15 * time.Second
+
+// inconclusiveRun is a run whose every check could not be judged, for the reason given.
+func inconclusiveRun(a *servingv1.AnalysisStep, message string) servingv1.AnalysisRun {
+	run := servingv1.AnalysisRun{Verdict: servingv1.VerdictInconclusive}
+	for _, c := range a.Checks {
+		run.Checks = append(run.Checks, servingv1.CheckResult{Name: c.Name, Verdict: servingv1.VerdictInconclusive, Message: message})
+	}
+	return run
+}
+
+// AnalysisInput is one analysis run's question.
+type AnalysisInput struct {
+	// PrometheusURL is the Prometheus to query.
+	PrometheusURL string
+	// Engine is the model server, whose metrics the built-in checks read.
+	Engine servingv1.EngineType
+	// Step is the index of the step; Analysis its checks and limits.
+	Step     int32
+	Analysis *servingv1.AnalysisStep
+	// Window is the span of requests a run looks at.
+	Window time.Duration
+	// CanarySelector and StableSelector are the PromQL label matchers of the
+	// canary's and the stable pods.
+	CanarySelector, StableSelector string
+}
+
+// Analyzer runs one analysis; the result's checks carry the values and verdicts.
+type Analyzer func(ctx context.Context, in AnalysisInput) servingv1.AnalysisRun
+
+// planRollout plans this pass of a canary rollout from what observe saw.
+func (r *Reconciler) planRollout(ctx context.Context, s *scope) {
+	in := rolloutInput{obj: s.obj, now: s.now, desiredRev: s.templateHash, loadsHalted: s.loads.halted(),
+		analyze: func(step int32, a *servingv1.AnalysisStep) servingv1.AnalysisRun {
+			return r.runAnalysis(ctx, s.obj, step, a)
+		}}
+	if d := s.obs.deployment; d != nil {
+		in.stableRev = d.Spec.Template.Annotations[AnnotationTemplateHash]
+		in.stableReady = d.Status.ReadyReplicas
+		want := ptr.Deref(d.Spec.Replicas, 1)
+		in.stableRolledOut = d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas == want &&
+			d.Status.Replicas == want && d.Status.AvailableReplicas >= want && d.Status.ReadyReplicas >= want
+	}
+	for _, p := range s.obs.pods {
+		if p.Canary && p.Current && p.EngineReady && !p.WarmupPending {
+			in.canaryReady++
+		}
+	}
+	plan := planRollout(in)
+	plan.status.TrafficSplit = trafficSplit(s.obj)
+	if plan.status.TrafficSplit == splitReplicaCount && plan.canaryActive() {
+		// One Service selects both sets: the share is what the ready pods make it.
+		plan.status.Weight = readyShare(in.canaryReady, in.stableReady)
+	}
+	s.obs.rollout = &plan
+}

@@ -1,0 +1,233 @@
+package aiinference
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	inferencev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/engine"
+)
+
+// Traffic of a canary rollout with a Gateway: an HTTPRoute <name> attached to the
+// user's Gateway, whose two weighted backends are the Services (or
+// InferencePools) <name>-stable and <name>-canary, each selecting one track.
+// The Service <name> keeps selecting both.
+
+var (
+	httpRouteKind     = schema.GroupKind{Group: gatewayv1.GroupName, Kind: "HTTPRoute"}
+	inferencePoolKind = schema.GroupKind{Group: inferencev1.GroupName, Kind: "InferencePool"}
+)
+
+// Traffic split modes, as status.rollout.trafficSplit says them.
+const (
+	splitGateway       = "Gateway"
+	splitInferencePool = "InferencePool"
+	splitReplicaCount  = "ReplicaCount"
+)
+
+func stableBackendName(obj *servingv1.AIInference) string { return obj.Name + "-stable" }
+func canaryBackendName(obj *servingv1.AIInference) string { return obj.Name + "-canary" }
+
+// gatewayTraffic is the Gateway traffic the spec asks for; nil: none.
+func gatewayTraffic(obj *servingv1.AIInference) *servingv1.GatewayTraffic {
+	if !isCanary(obj) || obj.Spec.Rollout.Canary.Traffic == nil {
+		return nil
+	}
+	return &obj.Spec.Rollout.Canary.Traffic.Gateway
+}
+
+func usesInferencePools(gw *servingv1.GatewayTraffic) bool {
+	return gw != nil && gw.Backend == servingv1.BackendInferencePool
+}
+
+// trafficSplit names how the split is made.
+func trafficSplit(obj *servingv1.AIInference) string {
+	switch gw := gatewayTraffic(obj); {
+	case gw == nil:
+		return splitReplicaCount
+	case usesInferencePools(gw):
+		return splitInferencePool
+	}
+	return splitGateway
+}
+
+// desiredTrackService selects the pods of one track.
+func desiredTrackService(obj *servingv1.AIInference, eng engine.Engine, name, track string) *corev1.Service {
+	svc := desiredService(obj, eng)
+	svc.Name = name
+	svc.Spec.Selector = trackSelector(obj, track)
+	return svc
+}
+
+func trackSelector(obj *servingv1.AIInference, track string) map[string]string {
+	selector := maps.Clone(selectorLabels(obj))
+	selector[LabelTrack] = track
+	return selector
+}
+
+// desiredInferencePool is the pool of one track, served by its endpoint picker.
+func desiredInferencePool(obj *servingv1.AIInference, eng engine.Engine, name, track string, picker servingv1.EndpointPicker) *inferencev1.InferencePool {
+	matchLabels := map[inferencev1.LabelKey]inferencev1.LabelValue{}
+	for k, v := range trackSelector(obj, track) {
+		matchLabels[inferencev1.LabelKey(k)] = inferencev1.LabelValue(v)
+	}
+	return &inferencev1.InferencePool{
+		TypeMeta:   metav1.TypeMeta{APIVersion: inferencev1.GroupVersion.String(), Kind: "InferencePool"},
+		ObjectMeta: childMeta(obj, name),
+		Spec: inferencev1.InferencePoolSpec{
+			Selector:    inferencev1.LabelSelector{MatchLabels: matchLabels},
+			TargetPorts: []inferencev1.Port{{Number: inferencev1.PortNumber(enginePort(obj, eng))}},
+			EndpointPickerRef: &inferencev1.EndpointPickerRef{
+				Kind: "Service",
+				Name: inferencev1.ObjectName(picker.Name),
+				Port: &inferencev1.Port{Number: inferencev1.PortNumber(cmp.Or(picker.Port, 9002))},
+			},
+		},
+	}
+}
+
+// desiredHTTPRoute sends weight percent of the requests to the canary backend
+// and the rest to the stable one.
+func desiredHTTPRoute(obj *servingv1.AIInference, eng engine.Engine, gw *servingv1.GatewayTraffic, weight int32) *gatewayv1.HTTPRoute {
+	parent := gatewayv1.ParentReference{Name: gatewayv1.ObjectName(gw.ParentRef.Name)}
+	if gw.ParentRef.Namespace != "" {
+		parent.Namespace = ptr.To(gatewayv1.Namespace(gw.ParentRef.Namespace))
+	}
+	if gw.ParentRef.SectionName != "" {
+		parent.SectionName = ptr.To(gatewayv1.SectionName(gw.ParentRef.SectionName))
+	}
+	backend := func(name string, weight int32) gatewayv1.HTTPBackendRef {
+		ref := gatewayv1.BackendObjectReference{Name: gatewayv1.ObjectName(name)}
+		if usesInferencePools(gw) {
+			ref.Group = ptr.To(gatewayv1.Group(inferencev1.GroupName))
+			ref.Kind = ptr.To(gatewayv1.Kind("InferencePool"))
+		} else {
+			ref.Port = ptr.To(gatewayv1.PortNumber(enginePort(obj, eng)))
+		}
+		return gatewayv1.HTTPBackendRef{BackendRef: gatewayv1.BackendRef{BackendObjectReference: ref, Weight: ptr.To(weight)}}
+	}
+	var hostnames []gatewayv1.Hostname
+	for _, h := range gw.Hostnames {
+		hostnames = append(hostnames, gatewayv1.Hostname(h))
+	}
+	return &gatewayv1.HTTPRoute{
+		TypeMeta:   metav1.TypeMeta{APIVersion: gatewayv1.GroupVersion.String(), Kind: "HTTPRoute"},
+		ObjectMeta: childMeta(obj, obj.Name),
+		Spec: gatewayv1.HTTPRouteSpec{
+			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{parent}},
+			Hostnames:       hostnames,
+			Rules: []gatewayv1.HTTPRouteRule{{BackendRefs: []gatewayv1.HTTPBackendRef{
+				backend(stableBackendName(obj), 100-weight),
+				backend(canaryBackendName(obj), weight),
+			}}},
+		},
+	}
+}
+
+// checkTrafficAPIs reports a Gateway traffic spec whose APIs the cluster lacks.
+func (r *Reconciler) checkTrafficAPIs(s *scope) *problem {
+	gw := gatewayTraffic(s.obj)
+	if gw == nil {
+		return nil
+	}
+	if !r.served(httpRouteKind) {
+		return &problem{servingv1.ReasonTrafficAPIMissing, "rollout.canary.traffic.gateway needs the Gateway API's HTTPRoute (gateway.networking.k8s.io/v1), which this cluster does not serve; install the Gateway API CRDs, or remove traffic to split by ready replicas"}
+	}
+	if usesInferencePools(gw) && !r.served(inferencePoolKind) {
+		return &problem{servingv1.ReasonTrafficAPIMissing, "rollout.canary.traffic.gateway.backend InferencePool needs inference.networking.k8s.io/v1 InferencePools, which this cluster does not serve; install the Gateway API Inference Extension CRDs, or use backend Service"}
+	}
+	return nil
+}
+
+// served is true when the API server serves the kind.
+func (r *Reconciler) served(gk schema.GroupKind) bool {
+	_, err := r.RESTMapper().RESTMapping(gk)
+	return err == nil
+}
+
+// reconcileTraffic writes the route and its backends for the canary weight of
+// this pass, and removes those the spec no longer asks for.
+func (r *Reconciler) reconcileTraffic(ctx context.Context, s *scope) error {
+	obj := s.obj
+	gw := gatewayTraffic(obj)
+	var weight int32
+	if plan := s.obs.rollout; plan.canaryActive() {
+		weight = plan.status.Weight
+	}
+	type child struct {
+		want     bool
+		desired  client.Object
+		existing client.Object
+	}
+	services := gw != nil && !usesInferencePools(gw)
+	children := []child{
+		{services, desiredTrackService(obj, s.engine, stableBackendName(obj), TrackStable), &corev1.Service{}},
+		{services, desiredTrackService(obj, s.engine, canaryBackendName(obj), TrackCanary), &corev1.Service{}},
+	}
+	if r.served(inferencePoolKind) {
+		var pools servingv1.InferencePoolBackends
+		if usesInferencePools(gw) && gw.InferencePool != nil {
+			pools = *gw.InferencePool
+		}
+		children = append(children,
+			child{usesInferencePools(gw), desiredInferencePool(obj, s.engine, stableBackendName(obj), TrackStable, pools.StableEndpointPicker), &inferencev1.InferencePool{}},
+			child{usesInferencePools(gw), desiredInferencePool(obj, s.engine, canaryBackendName(obj), TrackCanary, pools.CanaryEndpointPicker), &inferencev1.InferencePool{}})
+	}
+	if r.served(httpRouteKind) {
+		route := &gatewayv1.HTTPRoute{TypeMeta: metav1.TypeMeta{APIVersion: gatewayv1.GroupVersion.String(), Kind: "HTTPRoute"}, ObjectMeta: childMeta(obj, obj.Name)}
+		if gw != nil {
+			route = desiredHTTPRoute(obj, s.engine, gw, weight)
+		}
+		children = append(children, child{gw != nil, route, &gatewayv1.HTTPRoute{}})
+	}
+	for _, c := range children {
+		if c.want {
+			if _, err := r.apply(ctx, s, c.desired, c.existing); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := r.deleteOwned(ctx, s, c.desired, c.existing); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteOwned deletes a child the spec no longer asks for, if this AIInference
+// controls it; anything else of that name is left alone. Only the cache is read:
+// it holds every child the operator made, so a pass with nothing to remove
+// costs no request.
+func (r *Reconciler) deleteOwned(ctx context.Context, s *scope, desired, existing client.Object) error {
+	if err := r.Get(ctx, client.ObjectKeyFromObject(desired), existing); err != nil {
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+			return nil
+		}
+		return fmt.Errorf("reading %s %s: %w", desired.GetObjectKind().GroupVersionKind().Kind, desired.GetName(), err)
+	}
+	if !metav1.IsControlledBy(existing, s.obj) || !existing.GetDeletionTimestamp().IsZero() {
+		return nil
+	}
+	kind := desired.GetObjectKind().GroupVersionKind().Kind
+	ctrl.LoggerFrom(ctx).Info("Deleting "+kind+" the spec no longer asks for", kind, klog.KObj(existing))
+	uid := existing.GetUID()
+	if err := r.Delete(ctx, existing, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting %s %s: %w", kind, existing.GetName(), err)
+	}
+	s.obs.childChanged = true
+	return nil
+}
