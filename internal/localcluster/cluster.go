@@ -256,7 +256,8 @@ func start(ctx context.Context, opts Options, binDir, stageDir string, pools []N
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		// The endpoint reconciler refuses a loopback address for the kubernetes
-		// Service's endpoints; nothing runs in pods that would call it anyway.
+		// Service's endpoints; with real nodes the cluster writes them itself,
+		// pointing at a relay its pods reach (apirelay.go).
 		"--endpoint-reconciler-type=none",
 		"--secure-port="+strconv.Itoa(c.ports.apiServer),
 		"--cert-dir="+pkiDir,
@@ -456,6 +457,10 @@ func (c *Cluster) Stop() error {
 		p := c.procs[i]
 		fmt.Fprintf(c.progress, "Stopping %s (pid %d)\n", p.name, p.PID())
 		p.stop(10 * time.Second)
+	}
+	if c.real.apiRelay != nil {
+		c.real.apiRelay.close()
+		c.real.apiRelay = nil
 	}
 	if err := c.tearDownRealNodes(); err != nil {
 		return err // the directory stays: something may still be mounted in it

@@ -178,6 +178,9 @@ type realNodes struct {
 	host RealNodeHost
 	// kubeProxy is guarded by Cluster.mu.
 	kubeProxy kubeProxyState
+	// apiRelay, guarded by Cluster.mu, is nil until the first real node has
+	// its bridge (apirelay.go).
+	apiRelay *apiRelay
 }
 
 // RealNodeHost is what the real nodes of a cluster changed on the host. Stop
@@ -340,6 +343,9 @@ func (c *Cluster) startRealNode(ctx context.Context, pool NodePool, index int, s
 		return err
 	}
 	if err := createBridge(node.Bridge, subnet); err != nil {
+		return err
+	}
+	if err := c.startAPIRelay(ctx, node); err != nil {
 		return err
 	}
 

@@ -16,10 +16,14 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 )
 
@@ -154,6 +158,7 @@ func TestRealNode(t *testing.T) {
 	}
 
 	testServiceTraffic(ctx, t, c, deployment, port)
+	testKubernetesService(ctx, t, c)
 
 	// A second real node, added to the running cluster: its own subnet and bridge.
 	added, err := c.AddNodes(ctx, NodePool{Name: "real-a100", Count: 1, Real: true, GPUProduct: GPUProductA100, GPUCount: 8})
@@ -181,6 +186,41 @@ func TestRealNode(t *testing.T) {
 	for _, problem := range realNodeLeftovers(procs, nodes, c.Dir(), sysctlsBefore, hostDirsBefore, netfilterBefore) {
 		t.Error(problem)
 	}
+}
+
+// testKubernetesService calls the API server as a pod's in-cluster client
+// does, at the kubernetes Service's ClusterIP with a ServiceAccount's token,
+// through kube-proxy and the cluster's relay on the first real node's bridge.
+func testKubernetesService(ctx context.Context, t *testing.T, c *Cluster) {
+	t.Helper()
+	slice, err := c.Client().DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Get(ctx, apiServerEndpointsName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(slice.Endpoints) != 1 || !strings.HasPrefix(slice.Endpoints[0].Addresses[0], realPodSubnetPrefix) {
+		t.Fatalf("the kubernetes Service's endpoints: %+v, want the relay on the real node's bridge", slice.Endpoints)
+	}
+	token, err := c.Client().CoreV1().ServiceAccounts(metav1.NamespaceDefault).CreateToken(ctx, "default",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inCluster := rest.CopyConfig(c.restConfig)
+	inCluster.Host = "https://" + net.JoinHostPort(serviceClusterIP, "443")
+	inCluster.BearerToken = token.Status.Token
+	client, err := kubernetes.NewForConfig(inCluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The token authenticates; the default ServiceAccount may read no Secret.
+	body, err := client.Discovery().RESTClient().Get().AbsPath("/version").DoRaw(ctx)
+	if err != nil || !strings.Contains(string(body), `"gitVersion"`) {
+		t.Fatalf("GET /version at %s: %v: %s", inCluster.Host, err, body)
+	}
+	if _, err := client.CoreV1().Secrets(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("listing Secrets as the default ServiceAccount at %s: %v, want forbidden", inCluster.Host, err)
+	}
+	t.Logf("The API server answered at the kubernetes Service %s, through the relay at %s", inCluster.Host, slice.Endpoints[0].Addresses[0])
 }
 
 // testServiceTraffic creates a ClusterIP Service for the Deployment's pods
