@@ -182,6 +182,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		Recorder:  mgr.GetEventRecorder("aiinference-operator"),
 		Options:   aiinference.Options{LoaderImage: opts.LoaderImage, PrometheusURL: opts.PrometheusURL},
 		Logs:      aiinference.PodLogs{Client: clientset},
+		Analyzer:  aiinference.PrometheusAnalyzer,
 		Now:       time.Now,
 	}
 	if err := r.SetupWithManager(mgr, opts.MaxConcurrentReconciles); err != nil {

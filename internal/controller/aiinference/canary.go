@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/analysis"
 	"github.com/aiinference/operator/internal/loadspec"
 )
 
@@ -514,6 +515,17 @@ type AnalysisInput struct {
 
 // Analyzer runs one analysis; the result's checks carry the values and verdicts.
 type Analyzer func(ctx context.Context, in AnalysisInput) servingv1.AnalysisRun
+
+// PrometheusAnalyzer runs an analysis with the engines' built-in queries (or the
+// user's) against the Prometheus the input names.
+func PrometheusAnalyzer(ctx context.Context, in AnalysisInput) servingv1.AnalysisRun {
+	q, err := analysis.NewPrometheus(in.PrometheusURL)
+	if err != nil {
+		return inconclusiveRun(in.Analysis, fmt.Sprintf("cannot query Prometheus at %s: %v", in.PrometheusURL, err))
+	}
+	req := analysis.RequestFor(in.Engine, in.Step, *in.Analysis, analysis.Target{Selector: in.CanarySelector}, analysis.Target{Selector: in.StableSelector}, time.Now())
+	return analysis.Run(ctx, q, req)
+}
 
 // planRollout plans this pass of a canary rollout from what observe saw.
 func (r *Reconciler) planRollout(ctx context.Context, s *scope) {
