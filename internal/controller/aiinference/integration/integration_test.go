@@ -444,6 +444,10 @@ func TestUnchangedObjectCausesNoWrites(t *testing.T) {
 	g.Consistently(func() []string { return writesSince(before, ns) }).WithTimeout(2 * time.Second).Should(BeEmpty())
 }
 
+func canaryRollout(steps ...servingv1.CanaryStep) *servingv1.RolloutSpec {
+	return &servingv1.RolloutSpec{Strategy: servingv1.RolloutCanary, Canary: &servingv1.CanarySpec{Replicas: 1, Steps: steps}}
+}
+
 func TestInvalidSpecsAreRefusedWithAUsefulMessage(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)
@@ -508,6 +512,49 @@ func TestInvalidSpecsAreRefusedWithAUsefulMessage(t *testing.T) {
 		{"empty credentials secret name", func(o *servingv1.AIInference) {
 			o.Spec.Model.Source.S3.CredentialsSecretRef.Name = ""
 		}, "credentialsSecretRef.name"},
+		{"canary strategy without canary", func(o *servingv1.AIInference) {
+			o.Spec.Rollout = &servingv1.RolloutSpec{Strategy: servingv1.RolloutCanary}
+		}, "rollout.canary is required when rollout.strategy is Canary"},
+		{"canary without steps", func(o *servingv1.AIInference) {
+			o.Spec.Rollout = &servingv1.RolloutSpec{Strategy: servingv1.RolloutCanary, Canary: &servingv1.CanarySpec{}}
+		}, "spec.rollout.canary.steps"},
+		{"canary step with pause and analysis", func(o *servingv1.AIInference) {
+			o.Spec.Rollout = canaryRollout(servingv1.CanaryStep{Weight: 10, Pause: &servingv1.PauseStep{}, Analysis: &servingv1.AnalysisStep{
+				Checks: []servingv1.AnalysisCheck{{Name: "ttft", Metric: servingv1.MetricTimeToFirstToken, Max: "0.5"}}}})
+		}, "each canary step sets exactly one of pause or analysis"},
+		{"canary weight over 100", func(o *servingv1.AIInference) {
+			o.Spec.Rollout = canaryRollout(servingv1.CanaryStep{Weight: 120, Pause: &servingv1.PauseStep{}})
+		}, "spec.rollout.canary.steps[0].weight"},
+		{"canary leaving no stable replica", func(o *servingv1.AIInference) {
+			o.Spec.Rollout = canaryRollout(servingv1.CanaryStep{Weight: 10, Pause: &servingv1.PauseStep{}})
+			o.Spec.Rollout.Canary.MaxSurge = ptr.To[int32](0)
+		}, "a canary must leave at least one stable replica serving"},
+		{"canary surge above its replicas", func(o *servingv1.AIInference) {
+			o.Spec.Rollout = canaryRollout(servingv1.CanaryStep{Weight: 10, Pause: &servingv1.PauseStep{}})
+			o.Spec.Rollout.Canary.MaxSurge = ptr.To[int32](3)
+		}, "rollout.canary.maxSurge cannot exceed rollout.canary.replicas"},
+		{"analysis check without a bound", func(o *servingv1.AIInference) {
+			o.Spec.Rollout = canaryRollout(servingv1.CanaryStep{Weight: 10, Analysis: &servingv1.AnalysisStep{
+				Checks: []servingv1.AnalysisCheck{{Name: "ttft", Metric: servingv1.MetricTimeToFirstToken}}}})
+		}, "each analysis check needs a bound"},
+		{"analysis check with metric and query", func(o *servingv1.AIInference) {
+			o.Spec.Rollout = canaryRollout(servingv1.CanaryStep{Weight: 10, Analysis: &servingv1.AnalysisStep{
+				Checks: []servingv1.AnalysisCheck{{Name: "ttft", Metric: servingv1.MetricTimeToFirstToken, Query: "sum(x{{{selector}}})", Max: "1"}}}})
+		}, "each analysis check sets exactly one of metric"},
+		{"analysis query without selector", func(o *servingv1.AIInference) {
+			o.Spec.Rollout = canaryRollout(servingv1.CanaryStep{Weight: 10, Analysis: &servingv1.AnalysisStep{
+				Checks: []servingv1.AnalysisCheck{{Name: "errors", Query: "sum(rate(errors_total[1m]))", Max: "1"}}}})
+		}, "analysis query must contain {{selector}}"},
+		{"time to first token on TGI", func(o *servingv1.AIInference) {
+			o.Spec.Engine.Type = servingv1.EngineTGI
+			o.Spec.Rollout = canaryRollout(servingv1.CanaryStep{Weight: 10, Analysis: &servingv1.AnalysisStep{
+				Checks: []servingv1.AnalysisCheck{{Name: "ttft", Metric: servingv1.MetricTimeToFirstToken, Max: "0.5"}}}})
+		}, "TGI exports no time-to-first-token metric"},
+		{"InferencePool backends without endpoint pickers", func(o *servingv1.AIInference) {
+			o.Spec.Rollout = canaryRollout(servingv1.CanaryStep{Weight: 10, Pause: &servingv1.PauseStep{}})
+			o.Spec.Rollout.Canary.Traffic = &servingv1.CanaryTraffic{Gateway: servingv1.GatewayTraffic{
+				ParentRef: servingv1.GatewayRef{Name: "gw"}, Backend: servingv1.BackendInferencePool}}
+		}, "gateway.inferencePool is required when gateway.backend is InferencePool"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
