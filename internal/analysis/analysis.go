@@ -86,7 +86,8 @@ func RequestFor(engine servingv1.EngineType, stepIndex int32, step servingv1.Ana
 	}
 }
 
-// Run makes one analysis run: every check of the request, judged with q.
+// Run makes one analysis run: every check of the request, judged with q. A nil q
+// (no Prometheus configured) makes every check Inconclusive, saying so.
 func Run(ctx context.Context, q Querier, req Request) servingv1.AnalysisRun {
 	if req.Time.IsZero() {
 		req.Time = time.Now()
@@ -98,6 +99,9 @@ func Run(ctx context.Context, q Querier, req Request) servingv1.AnalysisRun {
 		req.MinSamples = DefaultMinSamples
 	}
 	r := &runner{q: q, req: req, memo: map[string]queryResult{}}
+	if q == nil {
+		r.unreachable = &noValue{msg: "no Prometheus to query: set the operator's --prometheus-url or rollout.canary.prometheusURL"}
+	}
 	run := servingv1.AnalysisRun{
 		Step:   req.Step,
 		Time:   metav1.NewTime(req.Time),

@@ -323,6 +323,14 @@ func TestPrometheusErrors(t *testing.T) {
 			t.Errorf("sent %d queries to an unreachable Prometheus, want 1", len(f.sent))
 		}
 	})
+	t.Run("no Prometheus configured", func(t *testing.T) {
+		run := Run(context.Background(), nil, request(servingv1.EngineVLLM, checks...))
+		for _, c := range run.Checks {
+			if c.Verdict != servingv1.VerdictInconclusive || !strings.Contains(c.Message, "--prometheus-url") {
+				t.Errorf("%s: %+v", c.Name, c)
+			}
+		}
+	})
 	t.Run("a refused query is inconclusive and the others are judged", func(t *testing.T) {
 		bad := `sum(rate(broken{{{selector}}}[{{window}}])`
 		req := request(servingv1.EngineVLLM, append([]servingv1.AnalysisCheck{{Name: "bad", Query: bad, Max: "1"}}, checks...)...)
