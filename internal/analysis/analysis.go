@@ -169,7 +169,12 @@ func (r *runner) query(ctx context.Context, promql string) (float64, error) {
 		v, err := r.q.Query(ctx, promql, r.req.Time)
 		res.value, res.err = single(v, err)
 		var apiErr *promv1.Error
-		if err != nil && !errors.As(err, &apiErr) {
+		if err != nil && ctx.Err() != nil {
+			// The caller's bound on the whole run, not Prometheus's answer.
+			res.err = &noValue{msg: fmt.Sprintf("the analysis run ran out of time (%v) with queries left; "+
+				"Prometheus answers slowly", ctx.Err())}
+			r.unreachable = res.err
+		} else if err != nil && !errors.As(err, &apiErr) {
 			// Not Prometheus's answer: the request did not get through (refused,
 			// timed out, DNS). Every other query of this run would wait the same.
 			res.err = &noValue{msg: fmt.Sprintf("Prometheus is unreachable: %v; no check can be judged until "+

@@ -323,6 +323,16 @@ func TestPrometheusErrors(t *testing.T) {
 			t.Errorf("sent %d queries to an unreachable Prometheus, want 1", len(f.sent))
 		}
 	})
+	t.Run("the run's time running out", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		run := Run(ctx, &fakeQuerier{err: context.Canceled}, request(servingv1.EngineVLLM, checks...))
+		for _, c := range run.Checks {
+			if c.Verdict != servingv1.VerdictInconclusive || !strings.Contains(c.Message, "ran out of time") {
+				t.Errorf("%s: %+v", c.Name, c)
+			}
+		}
+	})
 	t.Run("no Prometheus configured", func(t *testing.T) {
 		run := Run(context.Background(), nil, request(servingv1.EngineVLLM, checks...))
 		for _, c := range run.Checks {
