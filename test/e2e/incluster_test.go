@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
+	servingv1alpha1 "github.com/aiinference/operator/api/v1alpha1"
 	"github.com/aiinference/operator/internal/testutil"
 	"github.com/aiinference/operator/internal/version"
 )
@@ -139,6 +140,22 @@ tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
 	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), old)).To(Succeed())
 	modelName, _, _ := unstructured.NestedString(old.Object, "spec", "modelName")
 	g.Expect(modelName).To(Equal(obj.Spec.Model.Name), "v1alpha1 form: %v", old.Object["spec"])
+
+	// config/policy's ValidatingAdmissionPolicy checks v1alpha1 objects too, as
+	// converted to v1 by the webhook in the pod (matchPolicy: Equivalent).
+	applyAdmissionPolicy(t, g)
+	alpha := func(image string) *servingv1alpha1.AIInference {
+		return &servingv1alpha1.AIInference{
+			ObjectMeta: metav1.ObjectMeta{Namespace: workloads, Name: "alpha"},
+			Spec: servingv1alpha1.AIInferenceSpec{ModelName: "m", ModelURI: "s3://models/m/", Engine: "vLLM",
+				EngineImage: image, GPUs: 1, GPUProduct: realGPUProduct},
+		}
+	}
+	refusal := ContainSubstring("spec.engine.image evil.example/miner:latest is not from an allowed registry")
+	g.Eventually(func() error { return k8s.Create(ctx, alpha("evil.example/miner:latest"), client.DryRunAll) }).
+		WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(MatchError(refusal))
+	t.Logf("v1alpha1 refused: %v", k8s.Create(ctx, alpha("evil.example/miner:latest"), client.DryRunAll))
+	g.Expect(k8s.Create(ctx, alpha("vllm/vllm-openai:v0.11.0"), client.DryRunAll)).To(Succeed(), "an allowed v1alpha1 image")
 
 	logs := podLogs(t, g, pod)
 	g.Expect(logs).NotTo(ContainSubstring("forbidden"), "the operator hit a permission the chart lacks")
