@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,12 +16,15 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/controller/aiinference"
 	"github.com/aiinference/operator/internal/loadspec"
+	"github.com/aiinference/operator/internal/testutil"
 )
 
 const waitTimeout = 20 * time.Second
@@ -568,5 +573,35 @@ func TestInvalidSpecsAreRefusedWithAUsefulMessage(t *testing.T) {
 				t.Errorf("message %q does not say %q", err.Error(), tt.message)
 			}
 		})
+	}
+}
+
+// Every v1 sample under config/samples is accepted by the real API server.
+func TestSamplesAreAccepted(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	root, err := testutil.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(root, "config", "samples", "serving_v1_*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no samples: %v", err)
+	}
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range strings.Split(string(data), "\n---\n") {
+			obj := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
+				t.Fatalf("%s: %v", file, err)
+			}
+			obj.SetNamespace(ns)
+			if err := k8s.Create(context.Background(), obj, client.DryRunAll); err != nil {
+				t.Errorf("%s: %s %s refused: %v", filepath.Base(file), obj.GetKind(), obj.GetName(), err)
+			}
+		}
 	}
 }
