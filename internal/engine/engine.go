@@ -39,6 +39,9 @@ type Engine interface {
 	// ReservedPorts are the ports the engine opens besides its HTTP port, which
 	// the HTTP port must not take.
 	ReservedPorts() []int32
+	// MetricsPort is the port of the engine's Prometheus /metrics when it is not
+	// the HTTP port; 0 when /metrics is on the HTTP port.
+	MetricsPort() int32
 	// WarmupAPI is how the warm-up gate asks the engine for a completion; empty
 	// when the engine has no completions API to ask.
 	WarmupAPI() warmup.API

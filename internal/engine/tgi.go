@@ -46,3 +46,6 @@ func (tgi) Args(p Params) []string {
 		"--num-shard", strconv.Itoa(int(p.TensorParallel)),
 	}
 }
+
+// MetricsPort: the router serves /metrics on its HTTP port too.
+func (tgi) MetricsPort() int32 { return 0 }

@@ -57,3 +57,6 @@ func (triton) Args(p Params) []string {
 		"--http-port=" + strconv.Itoa(int(p.Port)),
 	}
 }
+
+// MetricsPort: tritonserver serves /metrics on its own port.
+func (triton) MetricsPort() int32 { return 8002 }

@@ -49,3 +49,6 @@ func (vllm) Args(p Params) []string {
 	}
 	return args
 }
+
+// MetricsPort: /metrics is on the HTTP port.
+func (vllm) MetricsPort() int32 { return 0 }

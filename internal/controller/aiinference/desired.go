@@ -292,6 +292,16 @@ func desiredService(obj *servingv1.AIInference, eng engine.Engine) *corev1.Servi
 	}
 }
 
+// enginePorts are the engine's HTTP port and, for an engine that serves its
+// metrics elsewhere, a port named "metrics" that a PodMonitor can scrape.
+func enginePorts(http int32, eng engine.Engine) []corev1.ContainerPort {
+	ports := []corev1.ContainerPort{{Name: "http", ContainerPort: http, Protocol: corev1.ProtocolTCP}}
+	if p := eng.MetricsPort(); p != 0 {
+		ports = append(ports, corev1.ContainerPort{Name: "metrics", ContainerPort: p, Protocol: corev1.ProtocolTCP})
+	}
+	return ports
+}
+
 func enginePort(obj *servingv1.AIInference, eng engine.Engine) int32 {
 	if obj.Spec.Engine.Port != 0 {
 		return obj.Spec.Engine.Port
@@ -590,7 +600,7 @@ func engineContainer(obj *servingv1.AIInference, eng engine.Engine) corev1.Conta
 		Command: eng.Command(),
 		Args:    args,
 		Env:     engineEnv(spec.Engine.Env),
-		Ports:   []corev1.ContainerPort{{Name: "http", ContainerPort: port, Protocol: corev1.ProtocolTCP}},
+		Ports:   enginePorts(port, eng),
 		// The startup probe gives the engine loading.timeout to warm up once the
 		// loader is done; liveness only starts counting once it has succeeded.
 		StartupProbe:             startupProbe(probe(eng.ReadinessPath(), startupFailureThreshold(loadTimeout(obj)))),

@@ -71,10 +71,12 @@ func TestDeploymentPerEngine(t *testing.T) {
 		port      int32
 		readiness string
 		tpArg     string
+		// metrics is the port named "metrics" (Prometheus); 0: /metrics is on http.
+		metrics int32
 	}{
-		{servingv1.EngineVLLM, 8000, "/health", "--tensor-parallel-size"},
-		{servingv1.EngineTGI, 8080, "/health", "--num-shard"},
-		{servingv1.EngineTriton, 8000, "/v2/health/ready", ""},
+		{servingv1.EngineVLLM, 8000, "/health", "--tensor-parallel-size", 0},
+		{servingv1.EngineTGI, 8080, "/health", "--num-shard", 0},
+		{servingv1.EngineTriton, 8000, "/v2/health/ready", "", 8002},
 	} {
 		t.Run(string(tt.engine), func(t *testing.T) {
 			g := NewWithT(t)
@@ -88,6 +90,11 @@ func TestDeploymentPerEngine(t *testing.T) {
 			d := desiredDeployment(obj, eng, Options{LoaderImage: "loader:1"}, "cfg")
 			c := d.Spec.Template.Spec.Containers[0]
 			g.Expect(c.Ports[0].ContainerPort).To(Equal(tt.port))
+			if tt.metrics != 0 {
+				g.Expect(c.Ports).To(ContainElement(And(HaveField("Name", "metrics"), HaveField("ContainerPort", tt.metrics))))
+			} else {
+				g.Expect(c.Ports).To(HaveLen(1))
+			}
 			g.Expect(c.ReadinessProbe.HTTPGet.Path).To(Equal(tt.readiness))
 			g.Expect(c.StartupProbe.PeriodSeconds).To(Equal(int32(2)))
 			g.Expect(c.StartupProbe.FailureThreshold).To(Equal(int32(150)), "5m timeout / 2s period")
