@@ -124,6 +124,9 @@ type AnalysisStep struct {
 	Checks []AnalysisCheck `json:"checks"`
 
 	// Interval between runs; each run looks at the requests of the last interval.
+	// Give it several of Prometheus's scrape intervals (the shipped PodMonitor
+	// scrapes every 15s, so 1m or more): a shorter one sees too few points and
+	// makes the run Inconclusive.
 	// +kubebuilder:default="1m"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('5s') && duration(self) <= duration('1h')",message="analysis.interval must be between 5s and 1h, e.g. 1m"
@@ -172,9 +175,11 @@ const (
 	MetricTimeToFirstToken AnalysisMetric = "TimeToFirstToken"
 	// MetricInterTokenLatency is the 95th percentile of the time between output tokens, in seconds.
 	MetricInterTokenLatency AnalysisMetric = "InterTokenLatency"
-	// MetricEndToEndLatency is the 95th percentile of a request's duration, in seconds.
+	// MetricEndToEndLatency is the 95th percentile of a request's duration, in
+	// seconds (for Triton, which counts durations without a histogram, the mean).
 	MetricEndToEndLatency AnalysisMetric = "EndToEndLatency"
-	// MetricQueueLength is the mean number of requests waiting for the engine.
+	// MetricQueueLength is the number of requests waiting for the engine, averaged
+	// over the window and the pods.
 	MetricQueueLength AnalysisMetric = "QueueLength"
 )
 

@@ -239,10 +239,10 @@ func planRollout(in rolloutInput) rolloutPlan {
 		step := c.Steps[st.Step]
 		switch {
 		case step.Pause != nil:
-			plan.requeue = pauseStep(st, step.Pause, len(c.Steps), in.now, advance)
+			pauseStep(st, step.Pause, len(c.Steps), in.now, advance)
 		case step.Analysis != nil && st.Phase != servingv1.RolloutInconclusive:
 			var verdict servingv1.Verdict
-			plan.requeue, verdict = analysisStep(st, step.Analysis, in, decide)
+			verdict = analysisStep(st, step.Analysis, in, decide)
 			switch {
 			case verdict == servingv1.VerdictFail:
 				return rollBack(decisionRolledBack, fmt.Sprintf("analysis failed at step %d: %s; all traffic is back on the stable pods", st.Step+1, failedChecks(st.Analysis)))
@@ -254,6 +254,7 @@ func planRollout(in rolloutInput) rolloutPlan {
 			}
 		}
 	}
+	plan.requeue = nextDue(st, c, in.now)
 	switch st.Phase {
 	case servingv1.RolloutPromoting:
 		plan.keepStableTemplate = false
@@ -273,24 +274,45 @@ func startStep(st *servingv1.RolloutStatus, c *servingv1.CanarySpec, now time.Ti
 }
 
 // pauseStep waits out a pause; without a duration it waits to be promoted.
-func pauseStep(st *servingv1.RolloutStatus, pause *servingv1.PauseStep, steps int, now time.Time, advance func(string, string)) time.Duration {
+func pauseStep(st *servingv1.RolloutStatus, pause *servingv1.PauseStep, steps int, now time.Time, advance func(string, string)) {
 	if pause.Duration == nil {
 		st.Message = fmt.Sprintf("step %d of %d holds %d%% of the traffic until promoted: set the annotation %s", st.Step+1, steps, st.Weight, servingv1.AnnotationPromote)
-		return 0
+		return
 	}
 	end := st.StepStartedAt.Add(pause.Duration.Duration)
 	if now.Before(end) {
 		st.Message = fmt.Sprintf("step %d of %d holds %d%% of the traffic until %s", st.Step+1, steps, st.Weight, end.UTC().Format(time.RFC3339))
-		return end.Sub(now)
+		return
 	}
 	advance(decisionPauseEnded, fmt.Sprintf("the pause of step %d ended", st.Step+1))
-	return 0
+}
+
+// nextDue is when the current step next needs a look without any change of
+// the children: a timed pause ends, or an analysis run is due; 0 when nothing is.
+func nextDue(st *servingv1.RolloutStatus, c *servingv1.CanarySpec, now time.Time) time.Duration {
+	if st.Phase != servingv1.RolloutProgressing || st.StepStartedAt == nil || int(st.Step) >= len(c.Steps) {
+		return 0
+	}
+	var due time.Time
+	switch step := c.Steps[st.Step]; {
+	case step.Pause != nil && step.Pause.Duration != nil:
+		due = st.StepStartedAt.Add(step.Pause.Duration.Duration)
+	case step.Analysis != nil:
+		due = st.StepStartedAt.Add(analysisInterval(step.Analysis))
+		if n := len(st.Analysis); n > 0 {
+			due = st.Analysis[n-1].Time.Add(analysisInterval(step.Analysis))
+		}
+	default:
+		return 0
+	}
+	// Times in status are kept to the second: never ask for a look in the past.
+	return max(due.Sub(now), time.Second)
 }
 
 // analysisStep runs the current step's analysis when a run is due and judges the
 // step: Pass once enough runs passed, Fail or Inconclusive past their limits, ""
 // while it goes on.
-func analysisStep(st *servingv1.RolloutStatus, a *servingv1.AnalysisStep, in rolloutInput, decide func(string, string)) (time.Duration, servingv1.Verdict) {
+func analysisStep(st *servingv1.RolloutStatus, a *servingv1.AnalysisStep, in rolloutInput, decide func(string, string)) servingv1.Verdict {
 	interval := analysisInterval(a)
 	last := st.StepStartedAt.Time
 	if n := len(st.Analysis); n > 0 {
@@ -300,7 +322,7 @@ func analysisStep(st *servingv1.RolloutStatus, a *servingv1.AnalysisStep, in rol
 	if in.now.Before(due) {
 		st.Message = fmt.Sprintf("step %d of %d: %d%% of the traffic; next analysis run at %s (%s)",
 			st.Step+1, len(in.obj.Spec.Rollout.Canary.Steps), st.Weight, due.UTC().Format(time.RFC3339), tally(st.Analysis, a))
-		return due.Sub(in.now), ""
+		return ""
 	}
 	run := in.analyze(st.Step, a)
 	run.Step, run.Time = st.Step, metav1.NewTime(in.now.Truncate(time.Second))
@@ -313,13 +335,13 @@ func analysisStep(st *servingv1.RolloutStatus, a *servingv1.AnalysisStep, in rol
 		st.Step+1, len(in.obj.Spec.Rollout.Canary.Steps), st.Weight, run.Verdict, tally(st.Analysis, a))
 	switch {
 	case failed > a.FailureLimit:
-		return 0, servingv1.VerdictFail
+		return servingv1.VerdictFail
 	case inconclusive > a.InconclusiveLimit:
-		return 0, servingv1.VerdictInconclusive
+		return servingv1.VerdictInconclusive
 	case passed >= max(a.Runs, 1):
-		return 0, servingv1.VerdictPass
+		return servingv1.VerdictPass
 	}
-	return interval, ""
+	return ""
 }
 
 func analysisInterval(a *servingv1.AnalysisStep) time.Duration {

@@ -221,3 +221,23 @@ func TestHistoryAndRunsAreBounded(t *testing.T) {
 		t.Errorf("%d decisions kept, want %d", n, maxHistory)
 	}
 }
+
+// Each timed step asks to be looked at when it ends, also when it started in a
+// pass that ended the previous one: no change of a child wakes the operator then.
+func TestTimedStepsAskForTheirNextLook(t *testing.T) {
+	pause := func(d time.Duration) servingv1.CanaryStep {
+		return servingv1.CanaryStep{Weight: 20, Pause: &servingv1.PauseStep{Duration: &metav1.Duration{Duration: d}}}
+	}
+	r := newRolloutRun(t, canaryObject(pause(time.Minute), pause(2*time.Minute), analysisStepOf(1, 0, 0)))
+	r.in.canaryReady = 2
+	r.verdicts = []servingv1.Verdict{servingv1.VerdictPass}
+	for i, want := range []struct {
+		after, requeue time.Duration
+		step           int32
+	}{{0, time.Minute, 0}, {20 * time.Second, 40 * time.Second, 0}, {40 * time.Second, 2 * time.Minute, 1}, {2 * time.Minute, time.Minute, 2}} {
+		plan := r.pass(want.after)
+		if plan.status.Step != want.step || plan.requeue != want.requeue {
+			t.Errorf("pass %d: step %d, requeue %s; want step %d, requeue %s", i, plan.status.Step, plan.requeue, want.step, want.requeue)
+		}
+	}
+}
