@@ -296,3 +296,21 @@ func TestEveryReasonHasAnAnswer(t *testing.T) {
 		}
 	}
 }
+
+func TestCanaryRollout(t *testing.T) {
+	ns := namespace(t, "aii-canary")
+	at := metav1.NewTime(time.Now().Add(-5 * time.Minute).Truncate(time.Second))
+	st := servingv1.AIInferenceStatus{Phase: servingv1.PhaseCanary, Ready: "4/4",
+		Conditions: ready(servingv1.ReasonCanaryProgressing, "Canary revision b2 takes 10% of the traffic"),
+		Rollout: &servingv1.RolloutStatus{StableRevision: "a1", CanaryRevision: "b2", Phase: servingv1.RolloutProgressing, Step: 0, Weight: 10,
+			TrafficSplit: "Gateway", Message: "step 1 of 2: 10% of the traffic; analysis run Pass",
+			Analysis: []servingv1.AnalysisRun{{Step: 0, Time: at, Verdict: servingv1.VerdictPass, Checks: []servingv1.CheckResult{
+				{Name: "ttft", Query: "q", Value: "0.21", Threshold: "0.8", Samples: 412, Verdict: servingv1.VerdictPass}}}},
+			History: []servingv1.RolloutDecision{{Time: at, Decision: "CanaryStarted", Revision: "b2", Message: "revision b2 starts as a canary"}}}}
+	setup(t, inference(ns, "llm"), st)
+
+	expectAll(t, aii(t, "status", "llm", "-n", ns), "Canary rollout: Progressing, step 1, canary weight 10% (Gateway); stable a1, canary b2",
+		"ttft", "0.21", "0.8", "412", "CanaryStarted")
+	expectAll(t, aii(t, "trace", "llm", "-n", ns), "status.rollout", "CanaryStarted", "revision b2, step 1, canary weight 0%")
+	expectAll(t, aii(t, "why", "llm", "-n", ns), "reason CanaryProgressing")
+}

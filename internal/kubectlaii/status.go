@@ -41,6 +41,8 @@ type StatusReport struct {
 	Replicas    []ReplicaReport       `json:"replicas"`
 	LastLoad    *servingv1.LoadReport `json:"lastLoad,omitempty"`
 	LastFailure *FailureReport        `json:"lastFailure,omitempty"`
+	// Rollout is the canary rollout, as status.rollout holds it.
+	Rollout *servingv1.RolloutStatus `json:"rollout,omitempty"`
 }
 
 // ConditionReport is one condition.
@@ -181,6 +183,7 @@ func statusReport(v *view, now time.Time) StatusReport {
 		Namespace: obj.Namespace, Name: obj.Name, Phase: string(st.Phase), Ready: st.Ready,
 		Model: obj.Spec.Model.Name, Engine: string(obj.Spec.Engine.Type), GPU: st.GPU,
 		ModelLoaded: st.ModelLoaded, LoadRetries: st.LoadRetries, MaxRetries: ptr.Deref(obj.Spec.Loading.MaxRetries, aiinference.DefaultMaxRetries), LastLoad: st.LastLoad,
+		Rollout: st.Rollout,
 	}
 	for _, c := range st.Conditions {
 		r.Conditions = append(r.Conditions, ConditionReport{Type: c.Type, Status: string(c.Status), Reason: c.Reason, Message: c.Message, Since: age(c.LastTransitionTime, now)})
@@ -302,6 +305,9 @@ func writeStatus(out io.Writer, r StatusReport) {
 	} else {
 		fmt.Fprintln(out, "\nLast load: none yet")
 	}
+	if ro := r.Rollout; ro != nil && ro.CanaryRevision != "" {
+		writeRollout(out, ro)
+	}
 	if f := r.LastFailure; f != nil {
 		fmt.Fprintf(out, "Last failure: %s on pod %s at %s", f.Reason, dash(f.Pod), f.Time.UTC().Format(time.RFC3339))
 		if f.ExitCode != 0 {
@@ -316,4 +322,32 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// writeRollout shows a canary rollout: where it is, the last analysis run's
+// checks, and the last decisions.
+func writeRollout(out io.Writer, ro *servingv1.RolloutStatus) {
+	fmt.Fprintf(out, "Canary rollout: %s, step %d, canary weight %d%% (%s); stable %s, canary %s\n",
+		ro.Phase, ro.Step+1, ro.Weight, dash(ro.TrafficSplit), dash(ro.StableRevision), ro.CanaryRevision)
+	if ro.Message != "" {
+		fmt.Fprintf(out, "  %s\n", ro.Message)
+	}
+	if n := len(ro.Analysis); n > 0 {
+		run := ro.Analysis[n-1]
+		fmt.Fprintf(out, "  Last analysis run (%d of this step) at %s: %s\n", n, run.Time.UTC().Format(time.RFC3339), run.Verdict)
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  CHECK\tVERDICT\tVALUE\tTHRESHOLD\tSAMPLES\tMESSAGE")
+		for _, c := range run.Checks {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%s\n", c.Name, c.Verdict, dash(c.Value), dash(c.Threshold), c.Samples, dash(c.Message))
+		}
+		_ = tw.Flush()
+	}
+	history := ro.History
+	if len(history) > 5 {
+		history = history[len(history)-5:]
+	}
+	for _, d := range history {
+		fmt.Fprintf(out, "  %s %-15s step %d, weight %d%%: %s\n", d.Time.UTC().Format(time.RFC3339), d.Decision, d.Step+1, d.Weight, d.Message)
+	}
+	fmt.Fprintln(out)
 }

@@ -54,9 +54,19 @@ func (e *env) trace(name string) error {
 	if f := v.obj.Status.LastFailure; f != nil {
 		add(f.Time.Time, "status.lastFailure", "Warning", f.Reason, fmt.Sprintf("pod %s: %s", f.Pod, f.Message))
 	}
+	if ro := v.obj.Status.Rollout; ro != nil {
+		// The rollout's decisions outlive their events.
+		for _, d := range ro.History {
+			typ := "Normal"
+			if d.Decision == "RolledBack" || d.Decision == "Aborted" || d.Decision == "Inconclusive" {
+				typ = "Warning"
+			}
+			add(d.Time.Time, "status.rollout", typ, d.Decision, fmt.Sprintf("revision %s, step %d, canary weight %d%%: %s", d.Revision, d.Step+1, d.Weight, d.Message))
+		}
+	}
 	// Children's events: the Deployment, its pods (the loader's restarts, the
 	// scheduler's refusals) and the object itself.
-	involved := []struct{ kind, name string }{{"AIInference", v.obj.Name}, {"Deployment", v.obj.Name}}
+	involved := []struct{ kind, name string }{{"AIInference", v.obj.Name}, {"Deployment", v.obj.Name}, {"Deployment", v.obj.Name + "-canary"}}
 	for _, p := range v.pods {
 		involved = append(involved, struct{ kind, name string }{"Pod", p.Name})
 	}
