@@ -6,6 +6,7 @@ package chart
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -152,4 +153,59 @@ func TestChartNamespaceMode(t *testing.T) {
 	if !strings.Contains(rendered, "--watch-namespaces=team-a,team-b") {
 		t.Error("the operator is not told which namespaces to watch")
 	}
+}
+
+// TestChartMatchesKustomizeInCertManagerMode: with webhook.certManager.enabled,
+// the chart gives config/default's objects with the ../certmanager component
+// added (as config/default says to), and neither grants what only the
+// self-managed certificate needs: no Secret in the operator's namespace, no
+// update of any CRD or webhook configuration.
+func TestChartMatchesKustomizeInCertManagerMode(t *testing.T) {
+	helm, kubectl, root := tools(t)
+	rendered, err := run(t, helm, "template", "aiinference", filepath.Join(root, "charts", "aiinference-operator"),
+		"--namespace", "aiinference-system", "--set", "webhook.certManager.enabled=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// config/default, its components and ../certmanager after them.
+	dir := t.TempDir()
+	config, err := filepath.Rel(dir, filepath.Join(root, "config"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults, err := os.ReadFile(filepath.Join(root, "config", "default", "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kustomization := strings.ReplaceAll(string(defaults), "../", config+"/") + "  - " + config + "/certmanager\n"
+	if !strings.HasSuffix(strings.TrimSpace(string(defaults)), "- ../webhook") {
+		t.Fatalf("config/default/kustomization.yaml no longer ends with its components list; adapt this test:\n%s", defaults)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	built, err := run(t, kubectl, "kustomize", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chart, kustomize := objects(t, rendered), objects(t, built)
+	delete(kustomize, "Namespace <nil>/aiinference-system")
+	delete(chart["CustomResourceDefinition <nil>/aiinferences.serving.aiinference.io"]["metadata"].(map[string]any)["annotations"].(map[string]any), "helm.sh/resource-policy")
+	if diff := cmp.Diff(kustomize, chart); diff != "" {
+		t.Errorf("config/default with config/certmanager (-) and the chart in cert-manager mode (+) differ:\n%s", diff)
+	}
+	for key, obj := range chart {
+		rules, _ := obj["rules"].([]any)
+		for _, r := range rules {
+			rule := r.(map[string]any)
+			text := fmt.Sprint(rule)
+			if strings.Contains(text, "secrets") && strings.Contains(key, "Role aiinference-system/") && !strings.Contains(key, "ClusterRole") {
+				t.Errorf("%s grants %v in the operator's namespace; cert-manager keeps the certificate", key, rule)
+			}
+			if (strings.Contains(text, "customresourcedefinitions") || strings.Contains(text, "webhookconfigurations")) && strings.Contains(text, "update") {
+				t.Errorf("%s grants %v; cert-manager's CA injector fills the CA bundles", key, rule)
+			}
+		}
+	}
+	t.Logf("%d objects, the same in both", len(chart))
 }
