@@ -239,7 +239,7 @@ func planRollout(in rolloutInput) rolloutPlan {
 		step := c.Steps[st.Step]
 		switch {
 		case step.Pause != nil:
-			pauseStep(st, step.Pause, len(c.Steps), in.now, advance)
+			pauseStep(st, step.Pause, in.now, advance)
 		case step.Analysis != nil && st.Phase != servingv1.RolloutInconclusive:
 			var verdict servingv1.Verdict
 			verdict = analysisStep(st, step.Analysis, in, decide)
@@ -256,6 +256,8 @@ func planRollout(in rolloutInput) rolloutPlan {
 	}
 	plan.requeue = nextDue(st, c, in.now)
 	switch st.Phase {
+	case servingv1.RolloutProgressing:
+		st.Message = describeStep(st, c)
 	case servingv1.RolloutPromoting:
 		plan.keepStableTemplate = false
 		st.Weight = readyShare(in.canaryReady, in.stableReady)
@@ -274,39 +276,69 @@ func startStep(st *servingv1.RolloutStatus, c *servingv1.CanarySpec, now time.Ti
 }
 
 // pauseStep waits out a pause; without a duration it waits to be promoted.
-func pauseStep(st *servingv1.RolloutStatus, pause *servingv1.PauseStep, steps int, now time.Time, advance func(string, string)) {
-	if pause.Duration == nil {
-		st.Message = fmt.Sprintf("step %d of %d holds %d%% of the traffic until promoted: set the annotation %s", st.Step+1, steps, st.Weight, servingv1.AnnotationPromote)
-		return
+func pauseStep(st *servingv1.RolloutStatus, pause *servingv1.PauseStep, now time.Time, advance func(string, string)) {
+	if pause.Duration != nil && !now.Before(st.StepStartedAt.Add(pause.Duration.Duration)) {
+		advance(decisionPauseEnded, fmt.Sprintf("the pause of step %d ended", st.Step+1))
 	}
-	end := st.StepStartedAt.Add(pause.Duration.Duration)
-	if now.Before(end) {
-		st.Message = fmt.Sprintf("step %d of %d holds %d%% of the traffic until %s", st.Step+1, steps, st.Weight, end.UTC().Format(time.RFC3339))
-		return
-	}
-	advance(decisionPauseEnded, fmt.Sprintf("the pause of step %d ended", st.Step+1))
 }
 
-// nextDue is when the current step next needs a look without any change of
-// the children: a timed pause ends, or an analysis run is due; 0 when nothing is.
-func nextDue(st *servingv1.RolloutStatus, c *servingv1.CanarySpec, now time.Time) time.Duration {
-	if st.Phase != servingv1.RolloutProgressing || st.StepStartedAt == nil || int(st.Step) >= len(c.Steps) {
-		return 0
+// describeStep says where the current step is and what it waits for.
+func describeStep(st *servingv1.RolloutStatus, c *servingv1.CanarySpec) string {
+	if st.StepStartedAt == nil || int(st.Step) >= len(c.Steps) {
+		return st.Message
 	}
-	var due time.Time
-	switch step := c.Steps[st.Step]; {
-	case step.Pause != nil && step.Pause.Duration != nil:
-		due = st.StepStartedAt.Add(step.Pause.Duration.Duration)
-	case step.Analysis != nil:
-		due = st.StepStartedAt.Add(analysisInterval(step.Analysis))
-		if n := len(st.Analysis); n > 0 {
-			due = st.Analysis[n-1].Time.Add(analysisInterval(step.Analysis))
-		}
+	step := c.Steps[st.Step]
+	msg := fmt.Sprintf("step %d of %d (weight %d%%)", st.Step+1, len(c.Steps), step.Weight)
+	switch {
+	case step.Pause != nil && step.Pause.Duration == nil:
+		return msg + " holds until promoted: set the annotation " + servingv1.AnnotationPromote
+	case step.Pause != nil:
+		return msg + " holds until " + st.StepStartedAt.Add(step.Pause.Duration.Duration).UTC().Format(time.RFC3339)
+	}
+	msg += ": " + tally(st.Analysis, step.Analysis)
+	if n := len(st.Analysis); n > 0 {
+		msg += "; last run " + string(st.Analysis[n-1].Verdict)
+	}
+	due, _ := stepDue(st, c)
+	return msg + "; next run at " + due.UTC().Format(time.RFC3339)
+}
+
+// rolloutRecheck bounds the time between two looks at a rollout in progress:
+// its clock is in status, and a look that finds nothing due writes nothing.
+const rolloutRecheck = 30 * time.Second
+
+// nextDue is when the rollout next needs a look without any change of the
+// children: a timed pause ends or an analysis run is due, and at most
+// rolloutRecheck while a rollout is in progress; 0 when none is.
+func nextDue(st *servingv1.RolloutStatus, c *servingv1.CanarySpec, now time.Time) time.Duration {
+	switch st.Phase {
+	case servingv1.RolloutProgressing, servingv1.RolloutPaused, servingv1.RolloutInconclusive, servingv1.RolloutPromoting:
 	default:
 		return 0
 	}
+	due, ok := stepDue(st, c)
+	if !ok || st.Phase != servingv1.RolloutProgressing {
+		return rolloutRecheck
+	}
 	// Times in status are kept to the second: never ask for a look in the past.
-	return max(due.Sub(now), time.Second)
+	return min(max(due.Sub(now), time.Second), rolloutRecheck)
+}
+
+// stepDue is when the current step's pause ends or its next analysis run is due.
+func stepDue(st *servingv1.RolloutStatus, c *servingv1.CanarySpec) (time.Time, bool) {
+	if st.StepStartedAt == nil || int(st.Step) >= len(c.Steps) {
+		return time.Time{}, false
+	}
+	switch step := c.Steps[st.Step]; {
+	case step.Pause != nil && step.Pause.Duration != nil:
+		return st.StepStartedAt.Add(step.Pause.Duration.Duration), true
+	case step.Analysis != nil:
+		if n := len(st.Analysis); n > 0 {
+			return st.Analysis[n-1].Time.Add(analysisInterval(step.Analysis)), true
+		}
+		return st.StepStartedAt.Add(analysisInterval(step.Analysis)), true
+	}
+	return time.Time{}, false
 }
 
 // analysisStep runs the current step's analysis when a run is due and judges the
@@ -318,10 +350,7 @@ func analysisStep(st *servingv1.RolloutStatus, a *servingv1.AnalysisStep, in rol
 	if n := len(st.Analysis); n > 0 {
 		last = st.Analysis[n-1].Time.Time
 	}
-	due := last.Add(interval)
-	if in.now.Before(due) {
-		st.Message = fmt.Sprintf("step %d of %d: %d%% of the traffic; next analysis run at %s (%s)",
-			st.Step+1, len(in.obj.Spec.Rollout.Canary.Steps), st.Weight, due.UTC().Format(time.RFC3339), tally(st.Analysis, a))
+	if in.now.Before(last.Add(interval)) {
 		return ""
 	}
 	run := in.analyze(st.Step, a)
@@ -331,8 +360,6 @@ func analysisStep(st *servingv1.RolloutStatus, a *servingv1.AnalysisStep, in rol
 		st.Analysis = st.Analysis[n-maxAnalysisRuns:]
 	}
 	passed, failed, inconclusive := countVerdicts(st.Analysis)
-	st.Message = fmt.Sprintf("step %d of %d: %d%% of the traffic; analysis run %s (%s)",
-		st.Step+1, len(in.obj.Spec.Rollout.Canary.Steps), st.Weight, run.Verdict, tally(st.Analysis, a))
 	switch {
 	case failed > a.FailureLimit:
 		return servingv1.VerdictFail

@@ -97,7 +97,7 @@ func TestFailedAnalysisRollsBackWithinTheStep(t *testing.T) {
 		t.Fatalf("a run before the interval: %v", decisionsOf(plan))
 	}
 	plan := r.pass(30 * time.Second)
-	if r.analyses != 1 || plan.status.Phase != servingv1.RolloutProgressing || plan.requeue != time.Minute {
+	if r.analyses != 1 || plan.status.Phase != servingv1.RolloutProgressing || plan.requeue != rolloutRecheck {
 		t.Fatalf("after one passing run: %d runs, phase %s, requeue %s", r.analyses, plan.status.Phase, plan.requeue)
 	}
 	plan = r.pass(time.Minute)
@@ -228,13 +228,14 @@ func TestTimedStepsAskForTheirNextLook(t *testing.T) {
 	pause := func(d time.Duration) servingv1.CanaryStep {
 		return servingv1.CanaryStep{Weight: 20, Pause: &servingv1.PauseStep{Duration: &metav1.Duration{Duration: d}}}
 	}
-	r := newRolloutRun(t, canaryObject(pause(time.Minute), pause(2*time.Minute), analysisStepOf(1, 0, 0)))
+	r := newRolloutRun(t, canaryObject(pause(10*time.Second), pause(20*time.Second), analysisStepOf(1, 0, 0)))
 	r.in.canaryReady = 2
 	r.verdicts = []servingv1.Verdict{servingv1.VerdictPass}
+	// A rollout in progress is looked at again within rolloutRecheck anyway.
 	for i, want := range []struct {
 		after, requeue time.Duration
 		step           int32
-	}{{0, time.Minute, 0}, {20 * time.Second, 40 * time.Second, 0}, {40 * time.Second, 2 * time.Minute, 1}, {2 * time.Minute, time.Minute, 2}} {
+	}{{0, 10 * time.Second, 0}, {4 * time.Second, 6 * time.Second, 0}, {6 * time.Second, 20 * time.Second, 1}, {20 * time.Second, rolloutRecheck, 2}} {
 		plan := r.pass(want.after)
 		if plan.status.Step != want.step || plan.requeue != want.requeue {
 			t.Errorf("pass %d: step %d, requeue %s; want step %d, requeue %s", i, plan.status.Step, plan.requeue, want.step, want.requeue)

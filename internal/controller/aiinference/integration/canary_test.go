@@ -122,6 +122,7 @@ func TestCanaryWeightsMoveStepByStepThenPromote(t *testing.T) {
 	createS3Secret(t, ns)
 	obj := canaryInference(ns, "canary",
 		servingv1.CanaryStep{Weight: 20, Pause: &servingv1.PauseStep{Duration: &metav1.Duration{Duration: 2 * time.Second}}},
+		servingv1.CanaryStep{Weight: 30, Pause: &servingv1.PauseStep{Duration: &metav1.Duration{Duration: 2 * time.Second}}},
 		servingv1.CanaryStep{Weight: 50, Pause: &servingv1.PauseStep{}})
 	key := client.ObjectKeyFromObject(obj)
 	stableRev, _ := startCanary(t, g, obj)
@@ -136,9 +137,9 @@ func TestCanaryWeightsMoveStepByStepThenPromote(t *testing.T) {
 	g.Expect(routeWeights(g, key)).To(Equal([]int32{80, 20}))
 	g.Expect(first.Status.Rollout.StableRevision).To(Equal(stableRev))
 
-	// The 2 s pause ends by itself; the next step waits to be promoted.
+	// The 2 s pauses end by themselves; the last step waits to be promoted.
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
-		g.Expect(obj.Status.Rollout.Step).To(Equal(int32(1)))
+		g.Expect(obj.Status.Rollout.Step).To(Equal(int32(2)))
 		g.Expect(readyCondition(obj).Reason).To(Equal(servingv1.ReasonCanaryPaused))
 	})
 	g.Eventually(func(g Gomega) { g.Expect(routeWeights(g, key)).To(Equal([]int32{50, 50})) }).WithTimeout(waitTimeout).Should(Succeed())
@@ -179,7 +180,7 @@ func TestCanaryWeightsMoveStepByStepThenPromote(t *testing.T) {
 	for _, d := range done.Status.Rollout.History {
 		decisions = append(decisions, d.Decision)
 	}
-	g.Expect(decisions).To(Equal([]string{"CanaryStarted", "StepStarted", "PauseEnded", "StepStarted", "StepPromoted", "Promoting", "Promoted"}))
+	g.Expect(decisions).To(Equal([]string{"CanaryStarted", "StepStarted", "PauseEnded", "StepStarted", "PauseEnded", "StepStarted", "StepPromoted", "Promoting", "Promoted"}))
 	cm := &corev1.ConfigMap{}
 	g.Eventually(func() bool {
 		return apierrors.IsNotFound(k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "canary-canary-loader"}, cm))
