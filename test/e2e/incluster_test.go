@@ -82,6 +82,12 @@ tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
 		"--namespace", release, "--values", values).Output()
 	g.Expect(err).NotTo(HaveOccurred(), "helm template: %s", rendered)
 
+	// The pod reaches the API server through the kubernetes Service, which
+	// routes once kube-proxy runs (one cluster on the host at a time runs it).
+	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	g.Expect(cluster.WaitKubeProxy(waitCtx)).To(Succeed())
+
 	// Only the operator in the pod acts meanwhile: the suite's leads through
 	// another lease.
 	op.stop()
@@ -90,17 +96,11 @@ tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
 			t.Errorf("restarting the suite's operator: %v", err)
 		}
 	})
+	begin = time.Now()
 	applyChart(t, g, rendered)
 
-	// The kubernetes Service routes once kube-proxy runs (one cluster on the
-	// host at a time runs it).
-	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	g.Expect(cluster.WaitKubeProxy(waitCtx)).To(Succeed())
-
-	begin = time.Now()
 	pod := operatorPod(t, g, release)
-	t.Logf("the operator's pod %s is Ready on node %s %s after kube-proxy routes (restarts: %d)", pod.Name, pod.Spec.NodeName,
+	t.Logf("the operator's pod %s is Ready on node %s %s after the chart was applied (restarts: %d)", pod.Name, pod.Spec.NodeName,
 		time.Since(begin).Round(100*time.Millisecond), pod.Status.ContainerStatuses[0].RestartCount)
 	g.Expect(pod.Spec.NodeName).To(Equal(node))
 	g.Expect(pod.Spec.Containers[0].Image).To(Equal(version.OperatorImage()))
