@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
@@ -118,9 +119,17 @@ func TestMonitors(t *testing.T) {
 	}
 	var pm monitoringv1.PodMonitor
 	readStrict(t, "podmonitor.yaml", &pm)
-	if len(pm.Spec.PodMetricsEndpoints) != 2 || pm.Spec.PodMetricsEndpoints[0].Port == nil || *pm.Spec.PodMetricsEndpoints[0].Port != "http" ||
-		pm.Spec.PodMetricsEndpoints[1].Port == nil || *pm.Spec.PodMetricsEndpoints[1].Port != loadspec.ProgressPortName {
-		t.Errorf("PodMonitor endpoints: %+v", pm.Spec.PodMetricsEndpoints)
+	// The engines' HTTP port (vLLM, TGI), Triton's metrics port, the loader's progress.
+	var ports []string
+	for _, e := range pm.Spec.PodMetricsEndpoints {
+		if e.Port == nil {
+			t.Errorf("PodMonitor endpoint without a port name: %+v", e)
+			continue
+		}
+		ports = append(ports, *e.Port)
+	}
+	if want := []string{"http", "metrics", loadspec.ProgressPortName}; !slices.Equal(ports, want) {
+		t.Errorf("PodMonitor endpoints on ports %v, want %v", ports, want)
 	}
 	if !pm.Spec.NamespaceSelector.Any {
 		t.Error("the PodMonitor must look in every namespace")
