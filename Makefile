@@ -16,10 +16,11 @@ help: ## Show this help
 .PHONY: manifests
 # The webhook certificate's permissions (internal/webhook's markers) are a role of
 # their own in config/webhook, which config/certmanager removes.
-manifests: ## Generate the CRD, RBAC and webhook manifests under config/
+manifests: ## Generate the CRD, RBAC and webhook manifests under config/ (and copy what the chart shares)
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./api/...;./internal/controller/..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	$(CONTROLLER_GEN) rbac:roleName=webhook-cert-role webhook paths="./internal/webhook/..." output:rbac:artifacts:config=config/webhook output:webhook:artifacts:config=config/webhook
 	cp config/crd/bases/serving.aiinference.io_aiinferences.yaml charts/aiinference-operator/files/crd.yaml
+	cp config/prometheus/podmonitor.yaml config/prometheus/prometheusrule.yaml charts/aiinference-operator/files/
 
 .PHONY: generate
 generate: ## Generate DeepCopy methods

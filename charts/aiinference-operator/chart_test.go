@@ -76,7 +76,8 @@ func TestHelmLint(t *testing.T) {
 	for _, set := range [][]string{
 		nil,
 		{"--set", "watchNamespaces={team-a,team-b}", "--set", "webhook.enabled=false"},
-		{"--set", "webhook.certManager.enabled=true", "--set", "metrics.serviceMonitor.enabled=true", "--set", "podDisruptionBudget.enabled=true",
+		{"--set", "webhook.certManager.enabled=true", "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.podMonitor.enabled=true",
+			"--set", "metrics.prometheusRule.enabled=true", "--set", "podDisruptionBudget.enabled=true",
 			"--set", "priorityClassName=system-cluster-critical", "--set", "nodeSelector.pool=system", "--set", "leaderElection.leaseDuration=30s"},
 	} {
 		out, err := run(t, helm, append([]string{"lint", "--strict", chart}, set...)...)
@@ -86,7 +87,7 @@ func TestHelmLint(t *testing.T) {
 		}
 	}
 	// The schema refuses what the operator could not run with.
-	for _, bad := range []string{"replicas=-1", "image.pullPolicy=Sometimes", "leaderElection.leaseDuration=soon", "unknownValue=1"} {
+	for _, bad := range []string{"replicas=-1", "image.pullPolicy=Sometimes", "leaderElection.leaseDuration=soon", "unknownValue=1", "metrics.podMonitor.interval=often"} {
 		if out, err := run(t, helm, "template", "x", chart, "--set", bad); err == nil {
 			t.Errorf("--set %s rendered:\n%.300s", bad, out)
 		}
@@ -155,6 +156,77 @@ func TestChartNamespaceMode(t *testing.T) {
 	}
 }
 
+// kustomizeDefaultWith builds config/default with more of config/'s components
+// after its own, as its kustomization.yaml says to add them.
+func kustomizeDefaultWith(t *testing.T, kubectl, root string, components ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	config, err := filepath.Rel(dir, filepath.Join(root, "config"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults, err := os.ReadFile(filepath.Join(root, "config", "default", "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(strings.TrimSpace(string(defaults)), "- ../webhook") {
+		t.Fatalf("config/default/kustomization.yaml no longer ends with its components list; adapt this test:\n%s", defaults)
+	}
+	kustomization := strings.ReplaceAll(string(defaults), "../", config+"/")
+	for _, c := range components {
+		kustomization += "  - " + config + "/" + c + "\n"
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	built, err := run(t, kubectl, "kustomize", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return built
+}
+
+// TestChartMatchesKustomizeWithPrometheus: with the metrics Service,
+// ServiceMonitor, PodMonitor and PrometheusRule on, the chart gives
+// config/default's objects with config/prometheus added: the same scrapes and the
+// same alerts (the chart reads them from its copies in files/, which `make
+// manifests` refreshes).
+func TestChartMatchesKustomizeWithPrometheus(t *testing.T) {
+	helm, kubectl, root := tools(t)
+	rendered, err := run(t, helm, "template", "aiinference", filepath.Join(root, "charts", "aiinference-operator"), "--namespace", "aiinference-system",
+		"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.podMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chart, kustomize := objects(t, rendered), objects(t, kustomizeDefaultWith(t, kubectl, root, "prometheus"))
+	delete(kustomize, "Namespace <nil>/aiinference-system")
+	delete(chart["CustomResourceDefinition <nil>/aiinferences.serving.aiinference.io"]["metadata"].(map[string]any)["annotations"].(map[string]any), "helm.sh/resource-policy")
+	for _, key := range []string{"Service aiinference-system/aiinference-controller-manager-metrics", "ServiceMonitor aiinference-system/aiinference-controller-manager",
+		"PodMonitor aiinference-system/aiinference-engines", "PrometheusRule aiinference-system/aiinference-alerts"} {
+		if chart[key] == nil {
+			t.Errorf("the chart renders no %s", key)
+		}
+	}
+	if diff := cmp.Diff(kustomize, chart); diff != "" {
+		t.Errorf("config/default with config/prometheus (-) and the chart with its monitoring on (+) differ (after editing config/prometheus, run make manifests):\n%s", diff)
+	}
+	// Off by default, and the alerts refuse to come without the operator's scrapes.
+	defaults, err := run(t, helm, "template", "aiinference", filepath.Join(root, "charts", "aiinference-operator"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"ServiceMonitor", "PodMonitor", "PrometheusRule"} {
+		if strings.Contains(defaults, "kind: "+kind+"\n") {
+			t.Errorf("the default rendering has a %s", kind)
+		}
+	}
+	if out, err := run(t, helm, "template", "aiinference", filepath.Join(root, "charts", "aiinference-operator"), "--set", "metrics.prometheusRule.enabled=true"); err == nil ||
+		!strings.Contains(out, "needs metrics.serviceMonitor.enabled") {
+		t.Errorf("prometheusRule without serviceMonitor: %v\n%.300s", err, out)
+	}
+	t.Logf("%d objects, the same in both", len(chart))
+}
+
 // TestChartMatchesKustomizeInCertManagerMode: with webhook.certManager.enabled,
 // the chart gives config/default's objects with the ../certmanager component
 // added (as config/default says to), and neither grants what only the
@@ -167,28 +239,7 @@ func TestChartMatchesKustomizeInCertManagerMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// config/default, its components and ../certmanager after them.
-	dir := t.TempDir()
-	config, err := filepath.Rel(dir, filepath.Join(root, "config"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defaults, err := os.ReadFile(filepath.Join(root, "config", "default", "kustomization.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kustomization := strings.ReplaceAll(string(defaults), "../", config+"/") + "  - " + config + "/certmanager\n"
-	if !strings.HasSuffix(strings.TrimSpace(string(defaults)), "- ../webhook") {
-		t.Fatalf("config/default/kustomization.yaml no longer ends with its components list; adapt this test:\n%s", defaults)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	built, err := run(t, kubectl, "kustomize", dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	chart, kustomize := objects(t, rendered), objects(t, built)
+	chart, kustomize := objects(t, rendered), objects(t, kustomizeDefaultWith(t, kubectl, root, "certmanager"))
 	delete(kustomize, "Namespace <nil>/aiinference-system")
 	delete(chart["CustomResourceDefinition <nil>/aiinferences.serving.aiinference.io"]["metadata"].(map[string]any)["annotations"].(map[string]any), "helm.sh/resource-policy")
 	if diff := cmp.Diff(kustomize, chart); diff != "" {
