@@ -225,9 +225,11 @@ func (r *Reconciler) deleteOwned(ctx context.Context, s *scope, desired, existin
 	kind := desired.GetObjectKind().GroupVersionKind().Kind
 	ctrl.LoggerFrom(ctx).Info("Deleting "+kind+" the spec no longer asks for", kind, klog.KObj(existing))
 	uid := existing.GetUID()
-	if err := r.Delete(ctx, existing, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+	switch err := r.Delete(ctx, existing, client.Preconditions{UID: &uid}); {
+	case err == nil:
+		s.obs.childChanged = true
+	case !apierrors.IsNotFound(err) && !apierrors.IsConflict(err):
 		return fmt.Errorf("deleting %s %s: %w", kind, existing.GetName(), err)
 	}
-	s.obs.childChanged = true
 	return nil
 }

@@ -172,7 +172,8 @@ func TestCanaryWeightsMoveStepByStepThenPromote(t *testing.T) {
 	podOf(t, g, ns, key.Name, "canary-n2")
 	setDeploymentStatus(g, key, 2, 2)
 	done := eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
-		g.Expect(obj.Status.Phase).To(Equal(servingv1.PhaseReady))
+		d := getDeployment(g, key)
+		g.Expect(obj.Status.Phase).To(Equal(servingv1.PhaseReady), "Ready: %+v; deployment gen %d status %+v", readyCondition(obj), d.Generation, d.Status)
 		g.Expect(obj.Status.Rollout.Phase).To(Equal(servingv1.RolloutPromoted))
 		g.Expect(obj.Status.Rollout.StableRevision).To(Equal(newRev))
 	})
