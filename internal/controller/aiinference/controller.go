@@ -111,16 +111,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if isCanary(obj) {
-		// A canary rollout decides from its state in status, which the cache may
-		// not hold yet: the children the last pass wrote can be seen before its
-		// status patch, and a pass on the older status takes its decisions again
-		// or undoes them (a promotion read as a spec gone back to the stable
-		// revision, its history lost). Read the object from the API server.
-		if err := r.APIReader.Get(ctx, req.NamespacedName, obj); err != nil {
-			return ctrl.Result{}, client.IgnoreNotFound(err)
-		}
-	}
-	if isCanary(obj) {
 		// A canary rollout's state (step, timers, analysis runs) is the status the
 		// last pass wrote, which the cache may not hold yet: a plan made from an
 		// older status would undo that pass's decisions (scale the canary back up
