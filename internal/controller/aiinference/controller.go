@@ -57,6 +57,9 @@ type Reconciler struct {
 	Analyzer Analyzer
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
+
+	// apis remembers which optional traffic kinds the cluster serves.
+	apis servedAPIs
 }
 
 // scope is what one reconcile pass knows.

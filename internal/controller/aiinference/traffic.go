@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -153,10 +155,35 @@ func (r *Reconciler) checkTrafficAPIs(s *scope) *problem {
 	return nil
 }
 
-// served is true when the API server serves the kind.
+// served is true when the API server serves the kind. A kind the cluster lacks
+// costs the REST mapper a discovery request per lookup, so answers are kept for
+// a minute: a CRD installed later is seen within that.
 func (r *Reconciler) served(gk schema.GroupKind) bool {
+	r.apis.Lock()
+	defer r.apis.Unlock()
+	if seen, ok := r.apis.served[gk]; ok && r.Now().Sub(seen.at) < apiRecheck {
+		return seen.served
+	}
 	_, err := r.RESTMapper().RESTMapping(gk)
+	if r.apis.served == nil {
+		r.apis.served = map[schema.GroupKind]apiSeen{}
+	}
+	r.apis.served[gk] = apiSeen{served: err == nil, at: r.Now()}
 	return err == nil
+}
+
+// apiRecheck is how long the answer to "does the cluster serve this kind" is kept.
+const apiRecheck = time.Minute
+
+// servedAPIs remembers which optional kinds the cluster serves.
+type servedAPIs struct {
+	sync.Mutex
+	served map[schema.GroupKind]apiSeen
+}
+
+type apiSeen struct {
+	served bool
+	at     time.Time
 }
 
 // reconcileTraffic writes the route and its backends for the canary weight of
