@@ -20,13 +20,14 @@ import (
 // otherMetrics are the metrics the dashboard may name besides the operator's
 // own: Prometheus's up, controller-runtime's (served beside the operator's on the
 // same endpoint), and the engines' documented ones (vLLM's production metrics,
-// TGI's router metrics), which the PodMonitor scrapes.
+// TGI's router metrics, Triton's), which the PodMonitor scrapes.
 var otherMetrics = []string{
 	"up",
 	"controller_runtime_reconcile_total", "controller_runtime_reconcile_errors_total", "controller_runtime_reconcile_time_seconds", "workqueue_depth",
 	"vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds", "vllm:generation_tokens_total", "vllm:prompt_tokens_total",
 	"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
 	"tgi_request_generated_tokens", "tgi_request_duration",
+	"nv_inference_first_response_histogram_ms",
 }
 
 // loaderMetrics are the names the model loader's progress endpoint serves.
