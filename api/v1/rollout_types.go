@@ -370,11 +370,16 @@ type RolloutStatus struct {
 	// Message says what the rollout waits for, for a person.
 	// +optional
 	Message string `json:"message,omitempty"`
-	// Analysis is the runs of the current analysis step, newest last (at most 10).
+	// Analysis is the latest analysis runs, of this step and the ones before,
+	// newest last (at most 10).
 	// +kubebuilder:validation:MaxItems=10
 	// +listType=atomic
 	// +optional
 	Analysis []AnalysisRun `json:"analysis,omitempty"`
+	// StepVerdicts counts the current step's analysis runs by verdict, against
+	// its runs, failureLimit and inconclusiveLimit.
+	// +optional
+	StepVerdicts *VerdictCounts `json:"stepVerdicts,omitempty"`
 	// History is the rollout's decisions, newest last (at most 20).
 	// +kubebuilder:validation:MaxItems=20
 	// +listType=atomic
@@ -386,6 +391,13 @@ type RolloutStatus struct {
 	LastHandledPromote string `json:"lastHandledPromote,omitempty"`
 	// +optional
 	LastHandledAbort string `json:"lastHandledAbort,omitempty"`
+}
+
+// VerdictCounts counts analysis runs by verdict.
+type VerdictCounts struct {
+	Pass         int32 `json:"pass"`
+	Fail         int32 `json:"fail"`
+	Inconclusive int32 `json:"inconclusive"`
 }
 
 // AnalysisRun is one run of an analysis step.

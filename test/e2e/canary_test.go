@@ -3,6 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +20,7 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/localcluster"
+	"github.com/aiinference/operator/internal/testutil"
 )
 
 // A canary with maxSurge 0 on a GPU pool that has no free GPU: a stable replica
@@ -53,6 +58,11 @@ func TestCanaryWithoutSpareGPUs(t *testing.T) {
 	begin := time.Now()
 	update(g, obj, func(o *servingv1.AIInference) { o.Spec.Engine.Args = []string{"--max-model-len", "4096"} })
 	minReady, lastLine := int32(2), ""
+	assets, err := testutil.EnvtestAssets()
+	g.Expect(err).NotTo(HaveOccurred())
+	kubectl := filepath.Join(assets, "kubectl")
+	var printed sync.WaitGroup
+	defer printed.Wait()
 	var rolledOut bool
 	g.Eventually(func(g Gomega) {
 		ready := int32(0)
@@ -66,8 +76,18 @@ func TestCanaryWithoutSpareGPUs(t *testing.T) {
 		got := &servingv1.AIInference{}
 		g.Expect(k8s.Get(ctx, key, got)).To(Succeed())
 		if line := statusLine(got); line != lastLine {
-			t.Logf("%6s  %s", time.Since(begin).Round(100*time.Millisecond), line)
+			at := time.Since(begin).Round(100 * time.Millisecond)
+			t.Logf("%6s  %s", at, line)
 			lastLine = line
+			// What a user sees meanwhile, without slowing the sampling.
+			printed.Add(1)
+			go func() {
+				defer printed.Done()
+				out, err := exec.Command(kubectl, "--kubeconfig", cluster.Kubeconfig(), "get", "aii", "-n", ns, "--no-headers").CombinedOutput()
+				if err == nil {
+					t.Logf("%6s  kubectl get aii: %s", at, strings.TrimSpace(string(out)))
+				}
+			}()
 		}
 		g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
 		g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseReady))

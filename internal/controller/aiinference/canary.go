@@ -116,7 +116,6 @@ func planRollout(in rolloutInput) rolloutPlan {
 	if obj.Status.Rollout != nil {
 		st = obj.Status.Rollout.DeepCopy()
 	}
-	st.Analysis = runsOfStep(st.Analysis, st.Step)
 	plan := rolloutPlan{status: st, stableReplicas: replicas(obj)}
 	decide := func(decision, message string) {
 		d := servingv1.RolloutDecision{Time: metav1.NewTime(in.now.Truncate(time.Second)), Decision: decision,
@@ -162,7 +161,7 @@ func planRollout(in rolloutInput) rolloutPlan {
 			decide(decisionSuperseded, fmt.Sprintf("the spec is back to the stable revision %s; the canary of %s is removed", in.desiredRev, st.CanaryRevision))
 			st.Phase = ""
 		}
-		st.StableRevision, st.Weight, st.Message, st.Analysis = in.desiredRev, 0, "", nil
+		st.StableRevision, st.Weight, st.Message, st.StepVerdicts = in.desiredRev, 0, "", nil
 		return plan
 	}
 
@@ -223,7 +222,7 @@ func planRollout(in rolloutInput) rolloutPlan {
 	advance := func(decision, message string) {
 		decide(decision, message)
 		st.Step++
-		st.Analysis = nil
+		st.StepVerdicts = nil
 		if int(st.Step) >= len(c.Steps) {
 			st.Phase, st.StepStartedAt = servingv1.RolloutPromoting, nil
 			decide(decisionPromoting, fmt.Sprintf("every step passed: the stable pods take revision %s", in.desiredRev))
@@ -295,9 +294,9 @@ func describeStep(st *servingv1.RolloutStatus, c *servingv1.CanarySpec) string {
 	case step.Pause != nil:
 		return msg + " holds until " + st.StepStartedAt.Add(step.Pause.Duration.Duration).UTC().Format(time.RFC3339)
 	}
-	msg += ": " + tally(st.Analysis, step.Analysis)
-	if n := len(st.Analysis); n > 0 {
-		msg += "; last run " + string(st.Analysis[n-1].Verdict)
+	msg += ": " + tally(st.StepVerdicts, step.Analysis)
+	if last := lastRunOfStep(st); last != nil {
+		msg += "; last run " + string(last.Verdict)
 	}
 	due, _ := stepDue(st, c)
 	return msg + "; next run at " + due.UTC().Format(time.RFC3339)
@@ -333,8 +332,8 @@ func stepDue(st *servingv1.RolloutStatus, c *servingv1.CanarySpec) (time.Time, b
 	case step.Pause != nil && step.Pause.Duration != nil:
 		return st.StepStartedAt.Add(step.Pause.Duration.Duration), true
 	case step.Analysis != nil:
-		if n := len(st.Analysis); n > 0 {
-			return st.Analysis[n-1].Time.Add(analysisInterval(step.Analysis)), true
+		if last := lastRunOfStep(st); last != nil {
+			return last.Time.Add(analysisInterval(step.Analysis)), true
 		}
 		return st.StepStartedAt.Add(analysisInterval(step.Analysis)), true
 	}
@@ -347,8 +346,8 @@ func stepDue(st *servingv1.RolloutStatus, c *servingv1.CanarySpec) (time.Time, b
 func analysisStep(st *servingv1.RolloutStatus, a *servingv1.AnalysisStep, in rolloutInput, decide func(string, string)) servingv1.Verdict {
 	interval := analysisInterval(a)
 	last := st.StepStartedAt.Time
-	if n := len(st.Analysis); n > 0 {
-		last = st.Analysis[n-1].Time.Time
+	if run := lastRunOfStep(st); run != nil {
+		last = run.Time.Time
 	}
 	if in.now.Before(last.Add(interval)) {
 		return ""
@@ -359,7 +358,18 @@ func analysisStep(st *servingv1.RolloutStatus, a *servingv1.AnalysisStep, in rol
 	if n := len(st.Analysis); n > maxAnalysisRuns {
 		st.Analysis = st.Analysis[n-maxAnalysisRuns:]
 	}
-	passed, failed, inconclusive := countVerdicts(st.Analysis)
+	if st.StepVerdicts == nil {
+		st.StepVerdicts = &servingv1.VerdictCounts{}
+	}
+	switch run.Verdict {
+	case servingv1.VerdictPass:
+		st.StepVerdicts.Pass++
+	case servingv1.VerdictFail:
+		st.StepVerdicts.Fail++
+	default:
+		st.StepVerdicts.Inconclusive++
+	}
+	passed, failed, inconclusive := st.StepVerdicts.Pass, st.StepVerdicts.Fail, st.StepVerdicts.Inconclusive
 	switch {
 	case failed > a.FailureLimit:
 		return servingv1.VerdictFail
@@ -378,25 +388,14 @@ func analysisInterval(a *servingv1.AnalysisStep) time.Duration {
 	return a.Interval.Duration
 }
 
-func countVerdicts(runs []servingv1.AnalysisRun) (passed, failed, inconclusive int32) {
-	for _, r := range runs {
-		switch r.Verdict {
-		case servingv1.VerdictPass:
-			passed++
-		case servingv1.VerdictFail:
-			failed++
-		default:
-			inconclusive++
-		}
-	}
-	return passed, failed, inconclusive
-}
-
 // tally says how the step's runs stand against its limits.
-func tally(runs []servingv1.AnalysisRun, a *servingv1.AnalysisStep) string {
-	passed, failed, inconclusive := countVerdicts(runs)
+func tally(counts *servingv1.VerdictCounts, a *servingv1.AnalysisStep) string {
+	var c servingv1.VerdictCounts
+	if counts != nil {
+		c = *counts
+	}
 	return fmt.Sprintf("%d of %d passing runs, %d failed (limit %d), %d inconclusive (limit %d)",
-		passed, max(a.Runs, 1), failed, a.FailureLimit, inconclusive, a.InconclusiveLimit)
+		c.Pass, max(a.Runs, 1), c.Fail, a.FailureLimit, c.Inconclusive, a.InconclusiveLimit)
 }
 
 // failedChecks names what the latest run found wrong.
@@ -427,15 +426,14 @@ func failedChecks(runs []servingv1.AnalysisRun) string {
 	return msg
 }
 
-// runsOfStep keeps the analysis runs of the current step.
-func runsOfStep(runs []servingv1.AnalysisRun, step int32) []servingv1.AnalysisRun {
-	var kept []servingv1.AnalysisRun
-	for _, r := range runs {
-		if r.Step == step {
-			kept = append(kept, r)
+// lastRunOfStep is the current step's latest analysis run; nil before its first.
+func lastRunOfStep(st *servingv1.RolloutStatus) *servingv1.AnalysisRun {
+	for i := len(st.Analysis) - 1; i >= 0; i-- {
+		if st.Analysis[i].Step == st.Step {
+			return &st.Analysis[i]
 		}
 	}
-	return kept
+	return nil
 }
 
 // readyShare is the canary's share of the ready replicas, in percent: while

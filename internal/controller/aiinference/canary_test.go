@@ -242,3 +242,24 @@ func TestTimedStepsAskForTheirNextLook(t *testing.T) {
 		}
 	}
 }
+
+// A step that needs more passing runs than status keeps still finishes: the
+// runs are counted apart from the list that shows them.
+func TestStepsNeedingManyRunsFinish(t *testing.T) {
+	r := newRolloutRun(t, canaryObject(analysisStepOf(15, 0, 0), servingv1.CanaryStep{Weight: 50, Pause: &servingv1.PauseStep{}}))
+	r.in.canaryReady = 2
+	for range 15 {
+		r.verdicts = append(r.verdicts, servingv1.VerdictPass)
+	}
+	r.pass(0)
+	var plan rolloutPlan
+	for range 15 {
+		plan = r.pass(time.Minute)
+	}
+	if plan.status.Step != 1 || len(plan.status.Analysis) != maxAnalysisRuns {
+		t.Fatalf("after 15 passing runs of a 15-run step: step %d, %d runs shown; want step 2 and %d runs", plan.status.Step+1, len(plan.status.Analysis), maxAnalysisRuns)
+	}
+	if last := plan.status.Analysis[len(plan.status.Analysis)-1]; last.Step != 0 || last.Verdict != servingv1.VerdictPass {
+		t.Errorf("the run that finished the step is not shown: %+v", last)
+	}
+}
