@@ -66,9 +66,9 @@ func (r *Reconciler) applyChild(ctx context.Context, s *scope, desired, existing
 	result, drifted := applyCreated, false
 	if found {
 		if !metav1.IsControlledBy(existing, s.obj) {
-			s.obs.nameConflict = &problem{servingv1.ReasonNameConflict, fmt.Sprintf(
+			s.noteConflict(kind, &problem{servingv1.ReasonNameConflict, fmt.Sprintf(
 				"%s %q already exists and is not controlled by this AIInference; the operator leaves it alone. Rename or delete that %s, or give the AIInference another name",
-				kind, desired.GetName(), kind)}
+				kind, desired.GetName(), kind)})
 			return applyConflict, nil
 		}
 		covered, err := covers(existing, desired)
@@ -101,7 +101,7 @@ func (r *Reconciler) applyChild(ctx context.Context, s *scope, desired, existing
 		return 0, fmt.Errorf("applying %s %s: %w", kind, desired.GetName(), err)
 	}
 	// The applied spec is new: whatever status was observed describes the old one.
-	s.obs.childChanged = true
+	s.noteChange()
 	return result, nil
 }
 

@@ -7,6 +7,7 @@ package aiinference
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -79,6 +80,10 @@ type scope struct {
 	loads loadAssessment
 	// obs collects the observations the status is derived from; filled by every step.
 	obs observation
+	// mu guards what steps that run at once write to obs; conflictKindRank is
+	// the conflictOrder of obs.nameConflict.
+	mu               sync.Mutex
+	conflictKindRank int
 }
 
 // +kubebuilder:rbac:groups=serving.aiinference.io,resources=aiinferences,verbs=get;list;watch;update;patch
@@ -199,6 +204,20 @@ func (r *Reconciler) reconcileSteps(ctx context.Context, s *scope) (ctrl.Result,
 			dependenciesOK = false
 		}
 	}
+	// The Deployment, the Service and the traffic objects depend on nothing but
+	// the steps above: they are written at once, which saves a creating pass two
+	// round trips to the API server.
+	var writes sync.WaitGroup
+	var errsMu sync.Mutex
+	runAlongside := func(name string, step func(context.Context, *scope) error) {
+		writes.Go(func() {
+			if err := run(name, step); err != nil {
+				errsMu.Lock()
+				errs = append(errs, err)
+				errsMu.Unlock()
+			}
+		})
+	}
 	switch {
 	case s.obs.referenceProblem != nil:
 		skipped(ctx, "reconcileDeployment", "a referenced object is missing: "+s.obs.referenceProblem.reason)
@@ -207,18 +226,13 @@ func (r *Reconciler) reconcileSteps(ctx context.Context, s *scope) (ctrl.Result,
 	case s.obs.nameConflict != nil:
 		skipped(ctx, "reconcileDeployment", "a child's name is taken: "+s.obs.nameConflict.message)
 	default:
-		if err := run("reconcileDeployment", r.reconcileDeployment); err != nil {
-			errs = append(errs, err)
-		}
+		runAlongside("reconcileDeployment", r.reconcileDeployment)
 	}
-	if err := run("reconcileService", r.reconcileService); err != nil {
-		errs = append(errs, err)
-	}
+	runAlongside("reconcileService", r.reconcileService)
 	if s.obs.referenceProblem == nil {
-		if err := run("reconcileTraffic", r.reconcileTraffic); err != nil {
-			errs = append(errs, err)
-		}
+		runAlongside("reconcileTraffic", r.reconcileTraffic)
 	}
+	writes.Wait()
 	if err := run("replacePods", r.replacePods); err != nil {
 		errs = append(errs, err)
 	}
@@ -338,4 +352,24 @@ func podToInference(_ context.Context, obj client.Object) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
+}
+
+// conflictOrder ranks the kinds of children whose name may be taken, so that a
+// pass reports the same conflict whichever step finds its own first.
+var conflictOrder = map[string]int{"ConfigMap": 1, "PersistentVolumeClaim": 2, "Deployment": 3, "Service": 4, "InferencePool": 5, "HTTPRoute": 6}
+
+// noteConflict records that a child's name is taken.
+func (s *scope) noteConflict(kind string, p *problem) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.obs.nameConflict == nil || conflictOrder[kind] < s.conflictKindRank {
+		s.obs.nameConflict, s.conflictKindRank = p, conflictOrder[kind]
+	}
+}
+
+// noteChange records that this pass wrote a child.
+func (s *scope) noteChange() {
+	s.mu.Lock()
+	s.obs.childChanged = true
+	s.mu.Unlock()
 }

@@ -254,7 +254,7 @@ func (r *Reconciler) deleteOwned(ctx context.Context, s *scope, desired, existin
 	uid := existing.GetUID()
 	switch err := r.Delete(ctx, existing, client.Preconditions{UID: &uid}); {
 	case err == nil:
-		s.obs.childChanged = true
+		s.noteChange()
 	case !apierrors.IsNotFound(err) && !apierrors.IsConflict(err):
 		return fmt.Errorf("deleting %s %s: %w", kind, existing.GetName(), err)
 	}
