@@ -212,6 +212,14 @@ func loaderFailure(term *corev1.ContainerStateTerminated) *loaderExit {
 			exit.Reason = "LoaderExit" + fmt.Sprint(exit.ExitCode)
 		}
 	}
+	if strings.TrimSpace(exit.Message) == "" {
+		// Killed before it could write its report (an OOM kill leaves none): say
+		// what the kubelet saw rather than nothing.
+		exit.Message = fmt.Sprintf("the model loader exited with code %d and left no report", term.ExitCode)
+		if term.Reason == "OOMKilled" {
+			exit.Message = fmt.Sprintf("the model loader was killed for exceeding its memory limit (exit code %d) and left no report", term.ExitCode)
+		}
+	}
 	return exit
 }
 
