@@ -27,19 +27,25 @@ import (
 // makes room for the canary, the canary is promoted, and the stable set takes the
 // new spec, with no pod stuck Pending and at least one replica ready throughout.
 func TestCanaryWithoutSpareGPUs(t *testing.T) {
+	shared.share(t)
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := newNamespace(t)
-	// Two GPUs in all, both taken by the two stable replicas.
-	const product = "NVIDIA-L40S"
-	names, err := cluster.AddNodes(ctx, localcluster.NodePool{Name: "l40s", Count: 2, GPUProduct: product, GPUCount: 1,
-		CPU: resource.MustParse("32"), Memory: resource.MustParse("256Gi")})
-	g.Expect(err).NotTo(HaveOccurred())
+	// The nodes go once the namespace is empty: a pod bound to a node that is gone
+	// waits for the pod garbage collector (40 s and more).
+	var names []string
 	t.Cleanup(func() {
 		for _, n := range names {
 			_ = cluster.RemoveNode(context.Background(), n)
 		}
 	})
+	ns := newNamespace(t)
+	// Two GPUs in all, both taken by the two stable replicas; no other test's
+	// pods go to this product.
+	const product = "NVIDIA-L40S"
+	var err error
+	names, err = cluster.AddNodes(ctx, localcluster.NodePool{Name: "l40s", Count: 2, GPUProduct: product, GPUCount: 1,
+		CPU: resource.MustParse("32"), Memory: resource.MustParse("256Gi")})
+	g.Expect(err).NotTo(HaveOccurred())
 	obj := inference(ns, "canary", 1, product)
 	obj.Spec.Replicas = ptr.To[int32](2)
 	obj.Spec.Rollout = &servingv1.RolloutSpec{Strategy: servingv1.RolloutCanary, Canary: &servingv1.CanarySpec{

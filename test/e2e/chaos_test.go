@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -36,22 +35,27 @@ const chaosLongEnv = "CHAOS_LONG"
 // SIGKILL every 5-30 s and the API server restarts once, then checks that every
 // object converged to its spec, no child is duplicated or orphaned, and no
 // status went backwards as a watcher saw it.
+//
+// It has a cluster of its own: no other test would bear the chaos.
 func TestChaosOperatorKilledWhileItWorks(t *testing.T) {
+	e := chaosCluster.get(t)
+	e.own(t)
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := newNamespace(t)
+	ns := e.newNamespace(t)
 	workload := 60 * time.Second
 	if os.Getenv(chaosLongEnv) == "1" {
 		workload = 10 * time.Minute
 	}
 
-	// The second replica; the suite's operator is the first.
-	second := &operatorProcess{bin: op.bin, kubeconfig: op.kubeconfig, logPath: filepath.Join(filepath.Dir(op.logPath), "operator-2.log"), loaderImage: op.loaderImage}
+	first, second := e.operator("chaos-1", e.cluster.Kubeconfig()), e.operator("chaos-2", e.cluster.Kubeconfig())
+	g.Expect(first.start()).To(Succeed())
+	defer first.stop()
 	g.Expect(second.start()).To(Succeed())
 	defer second.stop()
-	replicas := []*operatorProcess{op, second}
+	replicas := []*operatorProcess{first, second}
 
-	statuses := watchStatuses(t, ctx, ns)
+	statuses := e.watchStatuses(t, ctx, ns)
 
 	// The killer: SIGKILL a replica every 5-30 s, and start it again at once.
 	stopChaos := make(chan struct{})
@@ -86,12 +90,12 @@ func TestChaosOperatorKilledWhileItWorks(t *testing.T) {
 			localcluster.InitContainerFailure{Container: aiinference.LoaderContainerName, ExitCode: 10, Reason: "Error", Message: "connection reset by peer"}.Apply(&failing)
 			obj.Spec.PodMetadata = &servingv1.PodMetadata{Labels: failing.Labels, Annotations: failing.Annotations}
 		}
-		g.Expect(k8s.Create(ctx, obj)).To(Succeed())
+		g.Expect(e.k8s.Create(ctx, obj)).To(Succeed())
 	}
 	step := workload / 6
 	edit := func(from, to int, mutate func(*servingv1.AIInference)) {
 		for i := from; i < to; i++ {
-			update(g, &servingv1.AIInference{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: names[i]}}, mutate)
+			e.update(g, &servingv1.AIInference{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: names[i]}}, mutate)
 		}
 	}
 	time.Sleep(step)
@@ -100,12 +104,12 @@ func TestChaosOperatorKilledWhileItWorks(t *testing.T) {
 	edit(10, 20, func(o *servingv1.AIInference) { o.Spec.Engine.Args = []string{"--max-model-len", "4096"} })
 	time.Sleep(step)
 	restart := time.Now()
-	g.Expect(cluster.RestartAPIServer(ctx)).To(Succeed())
+	g.Expect(e.cluster.RestartAPIServer(ctx)).To(Succeed())
 	t.Logf("API server restarted in %s", time.Since(restart).Round(100*time.Millisecond))
 	time.Sleep(step)
 	edit(20, 25, func(o *servingv1.AIInference) { o.Spec.PodMetadata = nil })
 	for i := 25; i < 30; i++ {
-		g.Expect(k8s.Delete(ctx, &servingv1.AIInference{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: names[i]}})).To(Succeed())
+		g.Expect(e.k8s.Delete(ctx, &servingv1.AIInference{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: names[i]}})).To(Succeed())
 	}
 	time.Sleep(2 * step)
 	close(stopChaos)
@@ -115,7 +119,7 @@ func TestChaosOperatorKilledWhileItWorks(t *testing.T) {
 	converge := time.Now()
 	g.Eventually(func(g Gomega) {
 		list := &servingv1.AIInferenceList{}
-		g.Expect(k8s.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		g.Expect(e.k8s.List(ctx, list, client.InNamespace(ns))).To(Succeed())
 		g.Expect(list.Items).To(HaveLen(n - 5))
 		for _, obj := range list.Items {
 			ready := meta.FindStatusCondition(obj.Status.Conditions, servingv1.ConditionReady)
@@ -129,14 +133,14 @@ func TestChaosOperatorKilledWhileItWorks(t *testing.T) {
 
 	// One of each child per object, controlled by it; none left of deleted objects.
 	list := &servingv1.AIInferenceList{}
-	g.Expect(k8s.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+	g.Expect(e.k8s.List(ctx, list, client.InNamespace(ns))).To(Succeed())
 	uids := map[string]string{}
 	for _, obj := range list.Items {
 		uids[obj.Name] = string(obj.UID)
 	}
 	g.Eventually(func(g Gomega) {
 		for _, children := range []client.ObjectList{&appsv1.DeploymentList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{}} {
-			g.Expect(k8s.List(ctx, children, client.InNamespace(ns), client.MatchingLabels{aiinference.LabelManagedBy: aiinference.ManagedByValue})).To(Succeed())
+			g.Expect(e.k8s.List(ctx, children, client.InNamespace(ns), client.MatchingLabels{aiinference.LabelManagedBy: aiinference.ManagedByValue})).To(Succeed())
 			items, err := meta.ExtractList(children)
 			g.Expect(err).NotTo(HaveOccurred())
 			per := map[string]int{}
@@ -181,14 +185,14 @@ type statusWatch struct {
 // watchStatuses watches the AIInference objects of ns (across API server
 // restarts) and flags a Ready condition reported for an older generation than
 // one already reported: what a `kubectl wait` or Argo CD would take as a lie.
-func watchStatuses(t *testing.T, ctx context.Context, ns string) *statusWatch {
+func (e *env) watchStatuses(t *testing.T, ctx context.Context, ns string) *statusWatch {
 	t.Helper()
-	wc, err := client.NewWithWatch(cluster.RESTConfig(), client.Options{Scheme: k8s.Scheme()})
+	wc, err := client.NewWithWatch(e.cluster.RESTConfig(), client.Options{Scheme: e.k8s.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	list := &servingv1.AIInferenceList{}
-	if err := k8s.List(ctx, list, client.InNamespace(ns)); err != nil {
+	if err := e.k8s.List(ctx, list, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(ctx)

@@ -37,11 +37,14 @@ import (
 // cert-manager would fill (no cert-manager runs here; the Issuer, Certificate
 // and webhook configurations are left out, as the API server could not reach
 // this process's webhooks anyway). The operator serves its webhooks, a sample
-// reaches Ready, and its log has no forbidden request.
+// reaches Ready, and its log has no forbidden request. On the solo cluster: the
+// chart's operator is cluster-wide, and the only one there.
 func TestChartCertManagerModeNeedsNoCertificatePermissions(t *testing.T) {
+	e := soloCluster.get(t)
+	e.own(t)
 	g := NewWithT(t)
 	ctx := context.Background()
-	release, workloads := newNamespace(t), newNamespace(t)
+	release, workloads := e.newNamespace(t), e.newNamespace(t)
 	helmDir, err := testutil.BuildTools("helm")
 	g.Expect(err).NotTo(HaveOccurred())
 	root, err := testutil.RepoRoot()
@@ -53,7 +56,7 @@ func TestChartCertManagerModeNeedsNoCertificatePermissions(t *testing.T) {
 	defer func() {
 		for _, obj := range created {
 			if obj.GetNamespace() == "" {
-				_ = k8s.Delete(context.Background(), obj)
+				_ = e.k8s.Delete(context.Background(), obj)
 			}
 		}
 	}()
@@ -67,7 +70,7 @@ func TestChartCertManagerModeNeedsNoCertificatePermissions(t *testing.T) {
 		case "Role", "ClusterRole":
 			roles = append(roles, obj.GetKind()+" "+obj.GetName())
 		}
-		err := k8s.Create(ctx, obj)
+		err := e.k8s.Create(ctx, obj)
 		if apierrors.IsAlreadyExists(err) && obj.GetNamespace() == "" {
 			t.Fatalf("%s %s exists already: another install of the chart is in this cluster", obj.GetKind(), obj.GetName())
 		}
@@ -82,22 +85,15 @@ func TestChartCertManagerModeNeedsNoCertificatePermissions(t *testing.T) {
 	port, err := freePort()
 	g.Expect(err).NotTo(HaveOccurred())
 
-	op.stop()
-	defer func() {
-		if err := op.start(); err != nil {
-			t.Errorf("restarting the suite's operator: %v", err)
-		}
-	}()
-	charted := &operatorProcess{bin: op.bin, kubeconfig: tokenKubeconfig(t, g, release, "aiinference-controller-manager"), loaderImage: op.loaderImage,
-		logPath: filepath.Join(filepath.Dir(op.logPath), "operator-chart-cert-manager.log"),
-		extraArgs: []string{"--leader-election-namespace=" + release, "--webhooks", "--webhook-cert-mode=cert-manager",
-			"--webhook-cert-dir=" + certDir, "--webhook-port=" + strconv.Itoa(port), "--webhook-namespace=" + release}}
+	charted := e.operator("chart-cert-manager", e.tokenKubeconfig(t, g, release, "aiinference-controller-manager"),
+		"--leader-election-namespace="+release, "--webhooks", "--webhook-cert-mode=cert-manager",
+		"--webhook-cert-dir="+certDir, "--webhook-port="+strconv.Itoa(port), "--webhook-namespace="+release)
 	g.Expect(charted.start()).To(Succeed())
 	defer charted.stop()
 	obj := inference(workloads, "cert-manager-mode", 1, localcluster.GPUProductL4)
-	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
+	g.Expect(e.k8s.Create(ctx, obj)).To(Succeed())
 	start := time.Now()
-	waitFor(t, g, obj, readyTimeout, beReady(1))
+	e.waitFor(t, g, obj, readyTimeout, beReady(1))
 	t.Logf("Ready %.1f s after creation, reconciled with the chart's cert-manager-mode permissions only", time.Since(start).Seconds())
 	g.Eventually(func() string { return charted.logTail(300) }).WithTimeout(10*time.Second).Should(ContainSubstring("Serving webhook server"),
 		"the webhook server did not start on the mounted certificate")

@@ -22,11 +22,14 @@ import (
 // the tool cache), creates every object it renders on the local cluster (the API
 // server accepts them all, RBAC escalation checks included), then runs the
 // operator binary as the chart's ServiceAccount, with a token and nothing else:
-// with exactly the chart's permissions, a sample reaches Ready.
+// with exactly the chart's permissions, a sample reaches Ready. On the solo
+// cluster: the chart's operator is cluster-wide, and the only one there.
 func TestChartInstallsAndItsPermissionsServe(t *testing.T) {
+	e := soloCluster.get(t)
+	e.own(t)
 	g := NewWithT(t)
 	ctx := context.Background()
-	release, workloads := newNamespace(t), newNamespace(t)
+	release, workloads := e.newNamespace(t), e.newNamespace(t)
 	helmDir, err := testutil.BuildTools("helm")
 	g.Expect(err).NotTo(HaveOccurred())
 	root, err := testutil.RepoRoot()
@@ -40,7 +43,7 @@ func TestChartInstallsAndItsPermissionsServe(t *testing.T) {
 	defer func() {
 		for _, obj := range created {
 			if obj.GetNamespace() == "" {
-				_ = k8s.Delete(context.Background(), obj)
+				_ = e.k8s.Delete(context.Background(), obj)
 			}
 		}
 	}()
@@ -50,7 +53,7 @@ func TestChartInstallsAndItsPermissionsServe(t *testing.T) {
 		if len(obj.Object) == 0 {
 			continue
 		}
-		err := k8s.Create(ctx, obj)
+		err := e.k8s.Create(ctx, obj)
 		if apierrors.IsAlreadyExists(err) && obj.GetNamespace() == "" {
 			t.Fatalf("%s %s exists already: another install of the chart is in this cluster", obj.GetKind(), obj.GetName())
 		}
@@ -59,21 +62,13 @@ func TestChartInstallsAndItsPermissionsServe(t *testing.T) {
 	}
 	t.Logf("the API server accepted the chart's %d objects", len(created))
 
-	op.stop()
-	defer func() {
-		if err := op.start(); err != nil {
-			t.Errorf("restarting the suite's operator: %v", err)
-		}
-	}()
-	charted := &operatorProcess{bin: op.bin, kubeconfig: tokenKubeconfig(t, g, release, "aiinference-controller-manager"), loaderImage: op.loaderImage,
-		logPath:   filepath.Join(filepath.Dir(op.logPath), "operator-chart.log"),
-		extraArgs: []string{"--leader-election-namespace=" + release}}
+	charted := e.operator("chart", e.tokenKubeconfig(t, g, release, "aiinference-controller-manager"), "--leader-election-namespace="+release)
 	g.Expect(charted.start()).To(Succeed())
 	defer charted.stop()
 	obj := inference(workloads, "charted", 1, localcluster.GPUProductL4)
-	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
+	g.Expect(e.k8s.Create(ctx, obj)).To(Succeed())
 	start := time.Now()
-	waitFor(t, g, obj, readyTimeout, beReady(1))
+	e.waitFor(t, g, obj, readyTimeout, beReady(1))
 	t.Logf("Ready %.1f s after creation, reconciled with the chart's permissions only", time.Since(start).Seconds())
 	g.Expect(strings.Contains(charted.logTail(300), "forbidden")).To(BeFalse(), "the operator hit a permission the chart lacks:\n%s", charted.logTail(30))
 }

@@ -17,7 +17,6 @@ import (
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/controller/aiinference"
 	"github.com/aiinference/operator/internal/localcluster"
-	"github.com/aiinference/operator/internal/testutil"
 )
 
 const readyTimeout = 90 * time.Second
@@ -39,20 +38,6 @@ func inference(ns, name string, gpus int32, products ...string) *servingv1.AIInf
 			Loading:  servingv1.LoadingSpec{Backoff: &metav1.Duration{Duration: time.Second}, MaxRetries: ptr.To[int32](2)},
 		},
 	}
-}
-
-// waitFor polls the AIInference until check passes, failing on any kstatus
-// violation seen on the way.
-func waitFor(t *testing.T, g *WithT, obj *servingv1.AIInference, timeout time.Duration, check func(g Gomega, got *servingv1.AIInference)) {
-	t.Helper()
-	got := &servingv1.AIInference{}
-	g.Eventually(func(g Gomega) {
-		g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), got)).To(Succeed())
-		if problems := testutil.KstatusViolations(got); len(problems) > 0 {
-			t.Errorf("kstatus invariants broken by %s: %v", obj.Name, problems)
-		}
-		check(g, got)
-	}).WithTimeout(timeout).WithPolling(250 * time.Millisecond).Should(Succeed())
 }
 
 func beReady(replicas int32) func(g Gomega, got *servingv1.AIInference) {
@@ -88,17 +73,8 @@ func podProducts(g Gomega, obj *servingv1.AIInference) []string {
 	return products
 }
 
-func update(g *WithT, obj *servingv1.AIInference, mutate func(*servingv1.AIInference)) {
-	g.Eventually(func() error {
-		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
-			return err
-		}
-		mutate(obj)
-		return k8s.Update(context.Background(), obj)
-	}).WithTimeout(10 * time.Second).Should(Succeed())
-}
-
 func TestReadyOnPreferredGPUsWhileTheyHaveRoom(t *testing.T) {
+	shared.share(t)
 	g := NewWithT(t)
 	ns := newNamespace(t)
 	// Whole-node replicas: the two H100 nodes are preferred, the third replica spills to an A100.
@@ -114,8 +90,17 @@ func TestReadyOnPreferredGPUsWhileTheyHaveRoom(t *testing.T) {
 }
 
 func TestPendingUntilASuitableNodeIsAdded(t *testing.T) {
+	shared.share(t)
 	g := NewWithT(t)
 	ctx := context.Background()
+	// The node goes once the namespace is empty: a pod bound to a node that is
+	// gone waits for the pod garbage collector (40 s and more).
+	var added []string
+	t.Cleanup(func() {
+		for _, n := range added {
+			_ = cluster.RemoveNode(context.Background(), n)
+		}
+	})
 	ns := newNamespace(t)
 	const h200 = "NVIDIA-H200-141GB-HBM3"
 	obj := inference(ns, "needs-h200", 4, h200)
@@ -129,18 +114,15 @@ func TestPendingUntilASuitableNodeIsAdded(t *testing.T) {
 	pool := localcluster.NodePool{Name: "h200", Count: 1, GPUProduct: h200, GPUCount: 8,
 		CPU: resource.MustParse("96"), Memory: resource.MustParse("1Ti")}
 	names, err := cluster.AddNodes(ctx, pool)
+	added = names
 	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() {
-		for _, n := range names {
-			_ = cluster.RemoveNode(context.Background(), n)
-		}
-	})
 	// No touch on the object: the scheduler places the pending pod, the operator sees it.
 	waitFor(t, g, obj, readyTimeout, beReady(1))
 	g.Expect(podProducts(g, obj)).To(ConsistOf(h200))
 }
 
 func TestLoaderFailureRetriesThenFailsThenRecovers(t *testing.T) {
+	shared.share(t)
 	g := NewWithT(t)
 	ns := newNamespace(t)
 	obj := inference(ns, "flaky-store", 1, localcluster.GPUProductL4)
@@ -195,6 +177,7 @@ func retriedInPlaceThenFixed(t *testing.T, g *WithT, obj *servingv1.AIInference,
 // The demo check: an edit that cannot roll out is not Ready, says why,
 // and the old replica keeps serving.
 func TestAStuckRolloutIsNotReady(t *testing.T) {
+	shared.share(t)
 	g := NewWithT(t)
 	ns := newNamespace(t)
 	obj := inference(ns, "stuck", 1, localcluster.GPUProductL4)
@@ -219,6 +202,7 @@ func TestAStuckRolloutIsNotReady(t *testing.T) {
 }
 
 func TestScaleRollAndDelete(t *testing.T) {
+	shared.share(t)
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := newNamespace(t)
@@ -262,30 +246,38 @@ func TestScaleRollAndDelete(t *testing.T) {
 	}).WithTimeout(readyTimeout).Should(Succeed())
 }
 
+// TestOperatorRestartConverges kills the operator while an object is created
+// and another changed, and starts it again. On the solo cluster: it is the
+// only operator there.
 func TestOperatorRestartConverges(t *testing.T) {
+	e := soloCluster.get(t)
+	e.own(t)
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := newNamespace(t)
+	operator := e.operator("restart", e.cluster.Kubeconfig())
+	g.Expect(operator.start()).To(Succeed())
+	defer operator.stop()
+	ns := e.newNamespace(t)
 	first := inference(ns, "first", 1, localcluster.GPUProductL4)
 	second := inference(ns, "second", 1, localcluster.GPUProductL4)
-	g.Expect(k8s.Create(ctx, first)).To(Succeed())
-	waitFor(t, g, first, readyTimeout, beReady(1))
+	g.Expect(e.k8s.Create(ctx, first)).To(Succeed())
+	e.waitFor(t, g, first, readyTimeout, beReady(1))
 
 	// Kill the operator mid-flight: an object created and one changed while it is down.
-	g.Expect(k8s.Create(ctx, second)).To(Succeed())
-	op.kill()
-	update(g, first, func(o *servingv1.AIInference) { o.Spec.Replicas = ptr.To[int32](2) })
-	g.Expect(op.start()).To(Succeed())
+	g.Expect(e.k8s.Create(ctx, second)).To(Succeed())
+	operator.kill()
+	e.update(g, first, func(o *servingv1.AIInference) { o.Spec.Replicas = ptr.To[int32](2) })
+	g.Expect(operator.start()).To(Succeed())
 
-	waitFor(t, g, first, 2*readyTimeout, beReady(2))
-	waitFor(t, g, second, 2*readyTimeout, beReady(1))
+	e.waitFor(t, g, first, 2*readyTimeout, beReady(2))
+	e.waitFor(t, g, second, 2*readyTimeout, beReady(1))
 
 	// Exactly one of each child per object, each owned by its object.
 	for _, obj := range []*servingv1.AIInference{first, second} {
 		got := &servingv1.AIInference{}
-		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+		g.Expect(e.k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
 		for _, list := range []client.ObjectList{&appsv1.DeploymentList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{}} {
-			g.Expect(k8s.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{aiinference.LabelInference: obj.Name})).To(Succeed())
+			g.Expect(e.k8s.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{aiinference.LabelInference: obj.Name})).To(Succeed())
 			items, err := meta.ExtractList(list)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(items).To(HaveLen(1), "%T of %s", list, obj.Name)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,30 +23,21 @@ import (
 // and the default lease settings, kills the leader with SIGKILL (no hand-over of
 // the lease), changes an object while no replica leads, and checks that the
 // standby takes the lease within 20 s, finishes the change, and writes each child
-// no more than the change needs.
+// no more than the change needs. On the solo cluster: they are its only
+// operators.
 func TestFailoverToTheStandbyReplica(t *testing.T) {
+	e := soloCluster.get(t)
+	e.own(t)
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := newNamespace(t)
-	obj := inference(ns, "failover", 1, localcluster.GPUProductL4)
-	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
-	waitFor(t, g, obj, readyTimeout, beReady(1))
+	ns := e.newNamespace(t)
 
-	// The suite's operator makes way (a clean stop releases the lease) for two
-	// replicas whose metrics say which one leads; it comes back after the test.
-	op.stop()
-	defer func() {
-		if err := op.start(); err != nil {
-			t.Errorf("restarting the suite's operator: %v", err)
-		}
-	}()
+	// Two replicas whose metrics say which one leads.
 	replica := func(name string) (*operatorProcess, string) {
 		port, err := freePort()
 		g.Expect(err).NotTo(HaveOccurred())
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		return &operatorProcess{bin: op.bin, kubeconfig: op.kubeconfig, loaderImage: op.loaderImage,
-			logPath:   filepath.Join(filepath.Dir(op.logPath), "operator-failover-"+name+".log"),
-			extraArgs: []string{"--metrics-bind-address=" + addr}}, addr
+		return e.operator("failover-"+name, e.cluster.Kubeconfig(), "--metrics-bind-address="+addr), addr
 	}
 	leader, leaderMetrics := replica("a")
 	standby, standbyMetrics := replica("b")
@@ -59,19 +49,23 @@ func TestFailoverToTheStandbyReplica(t *testing.T) {
 	g.Eventually(func() error { _, err := leads(standbyMetrics); return err }).WithTimeout(30 * time.Second).Should(Succeed())
 	g.Expect(leads(standbyMetrics)).To(BeFalse(), "two leaders")
 
+	obj := inference(ns, "failover", 1, localcluster.GPUProductL4)
+	g.Expect(e.k8s.Create(ctx, obj)).To(Succeed())
+	e.waitFor(t, g, obj, readyTimeout, beReady(1))
+
 	// The children before the change.
 	key := client.ObjectKeyFromObject(obj)
 	dep, svc, cm := &appsv1.Deployment{}, &corev1.Service{}, &corev1.ConfigMap{}
-	g.Expect(k8s.Get(ctx, key, dep)).To(Succeed())
-	g.Expect(k8s.Get(ctx, key, svc)).To(Succeed())
-	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: obj.Name + "-loader"}, cm)).To(Succeed())
+	g.Expect(e.k8s.Get(ctx, key, dep)).To(Succeed())
+	g.Expect(e.k8s.Get(ctx, key, svc)).To(Succeed())
+	g.Expect(e.k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: obj.Name + "-loader"}, cm)).To(Succeed())
 
 	killed := time.Now()
 	leader.kill()
-	update(g, obj, func(o *servingv1.AIInference) { o.Spec.Replicas = ptr.To[int32](2) })
+	e.update(g, obj, func(o *servingv1.AIInference) { o.Spec.Replicas = ptr.To[int32](2) })
 	g.Eventually(func() (bool, error) { return leads(standbyMetrics) }).WithTimeout(60 * time.Second).WithPolling(100 * time.Millisecond).Should(BeTrue())
 	takeover := time.Since(killed)
-	waitFor(t, g, obj, 2*readyTimeout, beReady(2))
+	e.waitFor(t, g, obj, 2*readyTimeout, beReady(2))
 	done := time.Since(killed)
 	t.Logf("Failover: the standby took the lease %.1f s after the leader's SIGKILL (lease 15 s, renew deadline 10 s, retry 2 s); the pending change (replicas 1 -> 2) was served %.1f s after it", takeover.Seconds(), done.Seconds())
 	g.Expect(takeover).To(BeNumerically("<=", 20*time.Second), "takeover slower than the target")
@@ -79,9 +73,9 @@ func TestFailoverToTheStandbyReplica(t *testing.T) {
 	// Nothing written twice: the Deployment changed once (one new generation), the
 	// Service and the loader's ConfigMap, which the change does not touch, not at all.
 	depAfter, svcAfter, cmAfter := &appsv1.Deployment{}, &corev1.Service{}, &corev1.ConfigMap{}
-	g.Expect(k8s.Get(ctx, key, depAfter)).To(Succeed())
-	g.Expect(k8s.Get(ctx, key, svcAfter)).To(Succeed())
-	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cm), cmAfter)).To(Succeed())
+	g.Expect(e.k8s.Get(ctx, key, depAfter)).To(Succeed())
+	g.Expect(e.k8s.Get(ctx, key, svcAfter)).To(Succeed())
+	g.Expect(e.k8s.Get(ctx, client.ObjectKeyFromObject(cm), cmAfter)).To(Succeed())
 	g.Expect(depAfter.Generation).To(Equal(dep.Generation+1), "Deployment spec written more than once")
 	g.Expect(svcAfter.ResourceVersion).To(Equal(svc.ResourceVersion), "Service rewritten")
 	g.Expect(cmAfter.ResourceVersion).To(Equal(cm.ResourceVersion), "loader ConfigMap rewritten")

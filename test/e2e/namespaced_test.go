@@ -28,16 +28,19 @@ import (
 // --watch-namespaces as a ServiceAccount token that holds only
 // config/namespaced's Role in the watched namespace and the leader election Role
 // in its own: the local cluster's API server enforces it. An object in the
-// watched namespace reaches Ready; one in another namespace is left alone.
+// watched namespace reaches Ready; one in another namespace is left alone. On
+// the solo cluster: no other operator reconciles either namespace.
 func TestNamespaceModeWithRolesOnly(t *testing.T) {
+	e := soloCluster.get(t)
+	e.own(t)
 	g := NewWithT(t)
 	ctx := context.Background()
-	watched, elsewhere, home := newNamespace(t), newNamespace(t), newNamespace(t)
+	watched, elsewhere, home := e.newNamespace(t), e.newNamespace(t), e.newNamespace(t)
 	root, err := testutil.RepoRoot()
 	g.Expect(err).NotTo(HaveOccurred())
 
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "aiinference-controller-manager"}}
-	g.Expect(k8s.Create(ctx, sa)).To(Succeed())
+	g.Expect(e.k8s.Create(ctx, sa)).To(Succeed())
 	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: home, Name: sa.Name}}
 	raw, err := os.ReadFile(filepath.Join(root, "config", "namespaced", "role.yaml"))
 	g.Expect(err).NotTo(HaveOccurred())
@@ -47,54 +50,45 @@ func TestNamespaceModeWithRolesOnly(t *testing.T) {
 	g.Expect(yaml.Unmarshal(docs[0], &role)).To(Succeed())
 	g.Expect(yaml.Unmarshal(docs[1], &binding)).To(Succeed())
 	role.Namespace, binding.Namespace, binding.Subjects = watched, watched, subjects
-	g.Expect(k8s.Create(ctx, &role)).To(Succeed())
-	g.Expect(k8s.Create(ctx, &binding)).To(Succeed())
+	g.Expect(e.k8s.Create(ctx, &role)).To(Succeed())
+	g.Expect(e.k8s.Create(ctx, &binding)).To(Succeed())
 	raw, err = os.ReadFile(filepath.Join(root, "config", "rbac", "leader_election_role.yaml"))
 	g.Expect(err).NotTo(HaveOccurred())
 	var le rbacv1.Role
 	g.Expect(yaml.Unmarshal(raw, &le)).To(Succeed())
 	le.Namespace = home
-	g.Expect(k8s.Create(ctx, &le)).To(Succeed())
-	g.Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
+	g.Expect(e.k8s.Create(ctx, &le)).To(Succeed())
+	g.Expect(e.k8s.Create(ctx, &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "leader-election"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: le.Name},
 		Subjects:   subjects,
 	})).To(Succeed())
 
-	kubeconfig := tokenKubeconfig(t, g, home, sa.Name)
+	kubeconfig := e.tokenKubeconfig(t, g, home, sa.Name)
 
-	// The suite's cluster-wide operator makes way for the namespaced one.
-	op.stop()
-	defer func() {
-		if err := op.start(); err != nil {
-			t.Errorf("restarting the suite's operator: %v", err)
-		}
-	}()
-	scoped := &operatorProcess{bin: op.bin, kubeconfig: kubeconfig, loaderImage: op.loaderImage,
-		logPath:   filepath.Join(filepath.Dir(op.logPath), "operator-namespaced.log"),
-		extraArgs: []string{"--watch-namespaces=" + watched, "--leader-election-namespace=" + home}}
+	scoped := e.operator("namespaced", kubeconfig, "--watch-namespaces="+watched, "--leader-election-namespace="+home)
 	g.Expect(scoped.start()).To(Succeed())
 	defer scoped.stop()
 
 	inside := inference(watched, "scoped", 1, localcluster.GPUProductL4)
 	outside := inference(elsewhere, "scoped", 1, localcluster.GPUProductL4)
-	g.Expect(k8s.Create(ctx, inside)).To(Succeed())
-	g.Expect(k8s.Create(ctx, outside)).To(Succeed())
+	g.Expect(e.k8s.Create(ctx, inside)).To(Succeed())
+	g.Expect(e.k8s.Create(ctx, outside)).To(Succeed())
 	start := time.Now()
-	waitFor(t, g, inside, readyTimeout, beReady(1))
+	e.waitFor(t, g, inside, readyTimeout, beReady(1))
 	t.Logf("%s/%s Ready %.1f s after creation, reconciled by an operator whose token holds only Roles in %s and %s",
 		watched, inside.Name, time.Since(start).Seconds(), watched, home)
 	got := &servingv1.AIInference{}
-	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(outside), got)).To(Succeed())
+	g.Expect(e.k8s.Get(ctx, client.ObjectKeyFromObject(outside), got)).To(Succeed())
 	g.Expect(got.Status.Phase).To(BeEmpty(), "the object outside the watched namespace was reconciled")
 	g.Expect(scoped.logTail(200)).NotTo(ContainSubstring("forbidden"), "the operator hit a permission it lacks")
 }
 
-// tokenKubeconfig writes a kubeconfig for the local cluster that holds a token of
-// the ServiceAccount namespace/name and no other credential.
-func tokenKubeconfig(t *testing.T, g *WithT, namespace, name string) string {
+// tokenKubeconfig writes a kubeconfig for the cluster that holds a token of the
+// ServiceAccount namespace/name and no other credential.
+func (e *env) tokenKubeconfig(t *testing.T, g *WithT, namespace, name string) string {
 	t.Helper()
-	admin, err := clientcmd.BuildConfigFromFlags("", cluster.Kubeconfig())
+	admin, err := clientcmd.BuildConfigFromFlags("", e.cluster.Kubeconfig())
 	g.Expect(err).NotTo(HaveOccurred())
 	tr, err := kubernetes.NewForConfigOrDie(admin).CoreV1().ServiceAccounts(namespace).CreateToken(context.Background(), name,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))}}, metav1.CreateOptions{})

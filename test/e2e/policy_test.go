@@ -28,7 +28,11 @@ import (
 // allowed ServiceAccount is admitted and reaches Ready (on the real node, where
 // the run has one: its engine really runs from the allowed image, as that
 // ServiceAccount).
+//
+// It runs alone on the shared cluster (shared.own): the policy judges every
+// AIInference written while it is in force.
 func TestAdmissionPolicyOnTheLocalCluster(t *testing.T) {
+	shared.own(t)
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := newNamespace(t)

@@ -1,21 +1,42 @@
 // Package e2e runs the operator as a process against a local cluster: a real
 // kube-apiserver, etcd, kube-scheduler and kube-controller-manager, with kwok
 // simulating the kubelets of GPU nodes.
+//
+// The tests mostly wait on the cluster, so they run in parallel (up to
+// defaultParallel at once unless -parallel says otherwise), each in namespaces
+// of its own, on three clusters:
+//   - shared (cluster, k8s and op are its): the suite's operator, cluster-wide,
+//     and the real node when asked. A test there calls shared.share(t) first; one
+//     that stops the suite's operator or changes cluster-wide objects (the CRD,
+//     webhooks) calls shared.own(t) instead, and runs alone on it.
+//   - chaos (chaosCluster): the chaos test, which kills operators at random and
+//     restarts the API server.
+//   - solo (soloCluster): tests that run operators of their own, cluster-wide or
+//     with the lease settings under test, one test at a time (solo.own(t)).
+//
+// The whole suite starts all three at once; a run of some tests (-run) starts
+// the chaos and solo clusters on first use.
 package e2e
 
 import (
 	"bufio"
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -32,87 +53,107 @@ import (
 	"github.com/aiinference/operator/internal/testutil"
 )
 
+// defaultParallel is how many tests run at once when -parallel is not given
+// (go test's default is GOMAXPROCS, 2 here): they wait on the clusters far more
+// than they compute.
+const defaultParallel = 32
+
 var (
+	// shared is the cluster most tests run on; cluster, k8s and op are its
+	// cluster, client and operator.
+	shared  *env
 	cluster *localcluster.Cluster
 	k8s     client.Client
 	op      *operatorProcess
+
+	chaosCluster = &lazyEnv{name: "chaos"}
+	soloCluster  = &lazyEnv{name: "solo"}
+
+	// repoRoot, workDir, operatorBin and loaderImage are set by TestMain.
+	repoRoot, workDir, operatorBin, loaderImage string
 )
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	flag.Parse()
+	parallelSet := false
+	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
+	if !parallelSet {
+		_ = flag.Set("test.parallel", strconv.Itoa(defaultParallel))
+	}
 	os.Exit(run(m))
 }
 
 func run(m *testing.M) int {
 	ctx := context.Background()
-	root, err := testutil.RepoRoot()
-	if err != nil {
+	var err error
+	if repoRoot, err = testutil.RepoRoot(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	workDir, err := os.MkdirTemp("", "aiinference-e2e-")
-	if err != nil {
+	if workDir, err = os.MkdirTemp("", "aiinference-e2e-"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer os.RemoveAll(workDir)
 
+	// The operator builds while the cluster starts.
+	operatorBin = filepath.Join(workDir, "manager")
+	build := exec.Command("go", "build", "-o", operatorBin, "./cmd/manager")
+	var buildLog strings.Builder
+	build.Dir, build.Stdout, build.Stderr = repoRoot, &buildLog, &buildLog
+	built := make(chan error, 1)
+	go func() { built <- build.Run() }()
+
+	// The whole suite starts the other clusters now, beside the shared one; a run
+	// of some tests (-run) starts each on first use, if at all.
+	defer chaosCluster.stop()
+	defer soloCluster.stop()
+	if flag.Lookup("test.run").Value.String() == "" {
+		go chaosCluster.start()
+		go soloCluster.start()
+	}
+
 	started := time.Now()
-	// Simulated kubelets ten times faster than real ones: a pod starts in 0.4-2 s
-	// rather than 4-20 s, a crash loop backs off 1 s, 2 s, 4 s...
-	opts := localcluster.Options{RepoRoot: root, Progress: os.Stderr, KubeletDelayScale: 0.1}
+	opts := clusterOptions()
 	if realNodeAsked() {
 		if err := localcluster.CheckRealNodeHost(); err != nil {
+			<-built
 			fmt.Fprintf(os.Stderr, "%s=1 asks for the real-node tests, and this host cannot run a real node: %v\n", realNodeEnv, err)
 			return 1
 		}
-		// One real node, with a GPU product no simulated node has, so that only the
-		// real-node tests land there; and a store its pods load from.
-		opts.NodePools = append(localcluster.DefaultNodePools(),
-			localcluster.NodePool{Name: "real", Count: 1, Real: true, GPUProduct: realGPUProduct, GPUCount: 4})
+		// Real nodes, with a GPU product no simulated node has, so that only the
+		// real-node tests land there (realNodes of them, for the tests that run at
+		// once); and a store their pods load from.
+		opts.NodePools = append(opts.NodePools,
+			localcluster.NodePool{Name: "real", Count: realNodes, Real: true, GPUProduct: realGPUProduct, GPUCount: 4})
 		opts.ObjectStore = &localcluster.ObjectStoreOptions{ModelBytes: 48 << 20}
 	}
-	cluster, err = localcluster.Start(ctx, opts)
+	shared, err = startEnv(ctx, "shared", opts)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the local cluster:", err)
+		<-built
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer func() { _ = cluster.Stop() }()
+	defer shared.stop()
 	fmt.Fprintf(os.Stderr, "Local cluster usable after %s\n", time.Since(started).Round(time.Millisecond))
-
-	scheme := manager.Scheme()
-	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	k8s, err = client.New(cluster.RESTConfig(), client.Options{Scheme: scheme})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := testutil.InstallCRD(ctx, k8s, filepath.Join(root, "config", "crd", "bases", "serving.aiinference.io_aiinferences.yaml")); err != nil {
-		fmt.Fprintln(os.Stderr, "installing the CRD:", err)
+	if err := <-built; err != nil {
+		fmt.Fprintf(os.Stderr, "building the operator: %v\n%s", err, buildLog.String())
 		return 1
 	}
 
-	bin := filepath.Join(workDir, "manager")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/manager")
-	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the operator:", err)
-		return 1
-	}
 	// Simulated kubelets run no image; real nodes run the loader built here.
-	loaderImage := "example.test/model-loader:e2e"
+	loaderImage = "example.test/model-loader:e2e"
 	if realNodeAsked() {
-		image, err := localcluster.FindImage(cluster.Images(), localcluster.ModelLoaderImage)
+		image, err := localcluster.FindImage(shared.cluster.Images(), localcluster.ModelLoaderImage)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 		loaderImage = image.Ref
 	}
-	op = &operatorProcess{bin: bin, kubeconfig: cluster.Kubeconfig(), logPath: filepath.Join(workDir, "operator.log"), loaderImage: loaderImage}
+	cluster, k8s = shared.cluster, shared.k8s
+	op = shared.operator("suite", cluster.Kubeconfig())
 	if err := op.start(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -121,16 +162,171 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// operatorProcess is the operator binary running against the local cluster, as a
+// clusterOptions are the simulated nodes of a cluster of the suite: the default
+// pools with twice the L4 nodes, for the tests that run at once, and kubelets
+// ten times faster than real ones: a pod starts in 0.4-2 s rather than 4-20 s,
+// a crash loop backs off 1 s, 2 s, 4 s...
+func clusterOptions() localcluster.Options {
+	pools := localcluster.DefaultNodePools()
+	for i := range pools {
+		if pools[i].GPUProduct == localcluster.GPUProductL4 {
+			pools[i].Count *= 2
+		}
+	}
+	return localcluster.Options{RepoRoot: repoRoot, Progress: os.Stderr, NodePools: pools, KubeletDelayScale: 0.1}
+}
+
+// env is one local cluster of the suite, with the CRD installed.
+type env struct {
+	name    string
+	cluster *localcluster.Cluster
+	k8s     client.Client
+	// use is held for reading by each test that shares the cluster, and for
+	// writing by a test that needs it to itself.
+	use sync.RWMutex
+	// sharing counts the tests in share that have not taken use yet.
+	sharing atomic.Int32
+
+	mu        sync.Mutex
+	operators []*operatorProcess // every operator started on the cluster, for the dumps
+}
+
+func startEnv(ctx context.Context, name string, opts localcluster.Options) (*env, error) {
+	c, err := localcluster.Start(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("starting the %s local cluster: %w", name, err)
+	}
+	e := &env{name: name, cluster: c}
+	scheme := manager.Scheme()
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+		e.stop()
+		return nil, err
+	}
+	if e.k8s, err = client.New(c.RESTConfig(), client.Options{Scheme: scheme}); err != nil {
+		e.stop()
+		return nil, err
+	}
+	if err := testutil.InstallCRD(ctx, e.k8s, filepath.Join(repoRoot, "config", "crd", "bases", "serving.aiinference.io_aiinferences.yaml")); err != nil {
+		e.stop()
+		return nil, fmt.Errorf("installing the CRD on the %s cluster: %w", name, err)
+	}
+	return e, nil
+}
+
+func (e *env) stop() {
+	e.mu.Lock()
+	operators := e.operators
+	e.mu.Unlock()
+	for _, o := range operators {
+		o.stop()
+	}
+	_ = e.cluster.Stop()
+}
+
+// share runs the test in parallel with the others that share the cluster.
+// Call it first: the cluster is shared until the test's cleanups have run.
+func (e *env) share(t *testing.T) {
+	e.sharing.Add(1)
+	parallel(t)
+	e.use.RLock()
+	e.sharing.Add(-1)
+	t.Cleanup(e.use.RUnlock)
+}
+
+// own runs the test alone on the cluster from now until the cleanups it
+// registers from now on have run, and in parallel with the tests of the other
+// clusters. Work that needs no cluster to itself goes before it, after a call
+// to parallel.
+//
+// The tests that share the cluster and were started with it go first (it waits
+// up to 5 s for them to take it): it would wait as long either way, and it then
+// runs on a quieter machine, once most tests of the other clusters are done.
+func (e *env) own(t *testing.T) {
+	parallel(t)
+	for deadline := time.Now().Add(5 * time.Second); e.sharing.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.use.Lock()
+	t.Cleanup(e.use.Unlock)
+}
+
+// parallelTests holds the tests that called t.Parallel through parallel.
+var parallelTests sync.Map
+
+// parallel calls t.Parallel unless it did already for this test (a second call
+// panics). A test that works before it takes a cluster calls it first: until
+// then the tests that run in parallel wait.
+func parallel(t *testing.T) {
+	if _, called := parallelTests.LoadOrStore(t, true); !called {
+		t.Parallel()
+	}
+}
+
+// lazyEnv is a cluster started by the first test that asks for it.
+type lazyEnv struct {
+	name string
+	once sync.Once
+	env  *env
+	err  error
+}
+
+// get starts the cluster on the first call and returns it; the test fails if
+// it cannot start. The test runs in parallel with the others (parallel); it
+// then takes the cluster with own or share.
+func (l *lazyEnv) get(t *testing.T) *env {
+	t.Helper()
+	parallel(t)
+	l.start()
+	if l.err != nil {
+		t.Fatal(l.err)
+	}
+	return l.env
+}
+
+// start starts the cluster unless it was started or stopped already, and
+// returns once it is usable or failed.
+func (l *lazyEnv) start() {
+	l.once.Do(func() {
+		begin := time.Now()
+		l.env, l.err = startEnv(context.Background(), l.name, clusterOptions())
+		if l.err == nil {
+			fmt.Fprintf(os.Stderr, "The %s local cluster usable after %s\n", l.name, time.Since(begin).Round(time.Millisecond))
+		}
+	})
+}
+
+func (l *lazyEnv) stop() {
+	l.once.Do(func() { l.err = errors.New("the suite is over") }) // waits for a start under way
+	if l.env != nil {
+		l.env.stop()
+	}
+}
+
+// operator is an operator process for the cluster, run with kubeconfig, its log
+// named after name; the dumps show its log.
+func (e *env) operator(name, kubeconfig string, extraArgs ...string) *operatorProcess {
+	o := &operatorProcess{name: name, bin: operatorBin, kubeconfig: kubeconfig, loaderImage: loaderImage,
+		logPath: filepath.Join(workDir, e.name+"-operator-"+name+".log"), extraArgs: extraArgs}
+	e.mu.Lock()
+	e.operators = append(e.operators, o)
+	e.mu.Unlock()
+	return o
+}
+
+// operatorProcess is the operator binary running against a local cluster, as a
 // user would run it with `make run`.
 type operatorProcess struct {
-	bin, kubeconfig, logPath, loaderImage string
-	extraArgs                             []string // after the usual ones, so they win
-	cmd                                   *exec.Cmd
-	logFile                               *os.File
+	name, bin, kubeconfig, logPath, loaderImage string
+	extraArgs                                   []string // after the usual ones, so they win
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	logFile *os.File
 }
 
 func (o *operatorProcess) start() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	logFile, err := os.OpenFile(o.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
@@ -157,6 +353,8 @@ func (o *operatorProcess) start() error {
 // kill ends the operator at once, as a crash or an OOM kill would: no clean
 // hand-over of the leader lease.
 func (o *operatorProcess) kill() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	if o.cmd == nil {
 		return
 	}
@@ -167,6 +365,8 @@ func (o *operatorProcess) kill() {
 }
 
 func (o *operatorProcess) stop() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	if o.cmd == nil {
 		return
 	}
@@ -207,51 +407,70 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// newNamespace gives a test its own namespace; on failure it dumps what is in it,
-// the events and the operator's log.
-func newNamespace(t *testing.T) string {
+// newNamespace gives a test its own namespace on the shared cluster; see
+// env.newNamespace.
+func newNamespace(t *testing.T) string { t.Helper(); return shared.newNamespace(t) }
+
+// newNamespace gives a test its own namespace; on failure it dumps what is in
+// it, the events and the operators' logs.
+func (e *env) newNamespace(t *testing.T) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}
-	if err := k8s.Create(context.Background(), ns); err != nil {
+	if err := e.k8s.Create(context.Background(), ns); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			dump(t, ns.Name)
+			e.dump(t, ns.Name)
 		}
-		deleteAll(t, ns.Name)
+		e.deleteAll(t, ns.Name)
 	})
 	return ns.Name
 }
 
-// deleteAll removes the test's AIInferences and waits for their pods to go, so the
-// next test finds every GPU free.
-func deleteAll(t *testing.T, ns string) {
+// tokenKubeconfig is a ServiceAccount's kubeconfig for the shared cluster; see
+// env.tokenKubeconfig.
+func tokenKubeconfig(t *testing.T, g *WithT, namespace, name string) string {
+	t.Helper()
+	return shared.tokenKubeconfig(t, g, namespace, name)
+}
+
+// deleteAll empties a namespace of the shared cluster; see env.deleteAll.
+func deleteAll(t *testing.T, ns string) { shared.deleteAll(t, ns) }
+
+// deleteAll removes the test's AIInferences and waits for their pods to go, so
+// that their GPUs are free for other tests, then deletes the namespace.
+func (e *env) deleteAll(t *testing.T, ns string) {
 	ctx := context.Background()
 	begin := time.Now()
 	defer func() { t.Logf("namespace %s emptied in %s", ns, time.Since(begin).Round(100*time.Millisecond)) }()
-	_ = k8s.DeleteAllOf(ctx, &servingv1.AIInference{}, client.InNamespace(ns))
+	_ = e.k8s.DeleteAllOf(ctx, &servingv1.AIInference{}, client.InNamespace(ns))
 	// The garbage collector would remove the children, but only once it watches
 	// the CRD, which takes it up to 30 s (TestScaleRollAndDelete checks it does).
-	_ = k8s.DeleteAllOf(ctx, &appsv1.Deployment{}, client.InNamespace(ns), client.PropagationPolicy(metav1.DeletePropagationBackground))
-	_ = k8s.DeleteAllOf(ctx, &appsv1.ReplicaSet{}, client.InNamespace(ns), client.PropagationPolicy(metav1.DeletePropagationBackground))
-	_ = k8s.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns))
+	_ = e.k8s.DeleteAllOf(ctx, &appsv1.Deployment{}, client.InNamespace(ns), client.PropagationPolicy(metav1.DeletePropagationBackground))
+	_ = e.k8s.DeleteAllOf(ctx, &appsv1.ReplicaSet{}, client.InNamespace(ns), client.PropagationPolicy(metav1.DeletePropagationBackground))
+	_ = e.k8s.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns))
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
 		pods := &corev1.PodList{}
-		if err := k8s.List(ctx, pods, client.InNamespace(ns)); err == nil && len(pods.Items) == 0 {
+		if err := e.k8s.List(ctx, pods, client.InNamespace(ns)); err == nil && len(pods.Items) == 0 {
 			break
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	_ = k8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	_ = e.k8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 }
 
-func dump(t *testing.T, ns string) {
+// dump logs what is in a namespace of the shared cluster; see env.dump.
+func dump(t *testing.T, ns string) { shared.dump(t, ns) }
+
+// dump logs the objects and events of a namespace and the tails of the logs of
+// the operators started on the cluster.
+func (e *env) dump(t *testing.T, ns string) {
 	ctx := context.Background()
 	var out strings.Builder
 	for _, list := range []client.ObjectList{&servingv1.AIInferenceList{}, &appsv1.DeploymentList{}, &corev1.PodList{}, &corev1.EventList{}} {
-		if err := k8s.List(ctx, list, client.InNamespace(ns)); err != nil {
+		if err := e.k8s.List(ctx, list, client.InNamespace(ns)); err != nil {
 			fmt.Fprintf(&out, "listing %T: %v\n", list, err)
 			continue
 		}
@@ -263,6 +482,47 @@ func dump(t *testing.T, ns string) {
 			fmt.Fprintf(&out, "---\n# %T %s\n%s", obj, obj.GetName(), y)
 		}
 	}
-	t.Logf("Objects and events in namespace %s:\n%s", ns, out.String())
-	t.Logf("Operator log (last 150 lines):\n%s", op.logTail(150))
+	t.Logf("Objects and events in namespace %s of the %s cluster:\n%s", ns, e.name, out.String())
+	e.mu.Lock()
+	operators := e.operators
+	e.mu.Unlock()
+	for _, o := range operators {
+		t.Logf("Log of the %s operator (last 150 lines; the cluster's other tests' objects too):\n%s", o.name, o.logTail(150))
+	}
+}
+
+// waitFor polls an AIInference of the shared cluster; see env.waitFor.
+func waitFor(t *testing.T, g *WithT, obj *servingv1.AIInference, timeout time.Duration, check func(g Gomega, got *servingv1.AIInference)) {
+	t.Helper()
+	shared.waitFor(t, g, obj, timeout, check)
+}
+
+// waitFor polls the AIInference until check passes, failing on any kstatus
+// violation seen on the way.
+func (e *env) waitFor(t *testing.T, g *WithT, obj *servingv1.AIInference, timeout time.Duration, check func(g Gomega, got *servingv1.AIInference)) {
+	t.Helper()
+	got := &servingv1.AIInference{}
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), got)).To(Succeed())
+		if problems := testutil.KstatusViolations(got); len(problems) > 0 {
+			t.Errorf("kstatus invariants broken by %s: %v", obj.Name, problems)
+		}
+		check(g, got)
+	}).WithTimeout(timeout).WithPolling(250 * time.Millisecond).Should(Succeed())
+}
+
+// update changes an AIInference of the shared cluster; see env.update.
+func update(g *WithT, obj *servingv1.AIInference, mutate func(*servingv1.AIInference)) {
+	shared.update(g, obj, mutate)
+}
+
+// update reads obj, mutates it and writes it back, again on a conflict.
+func (e *env) update(g *WithT, obj *servingv1.AIInference, mutate func(*servingv1.AIInference)) {
+	g.Eventually(func() error {
+		if err := e.k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		mutate(obj)
+		return e.k8s.Update(context.Background(), obj)
+	}).WithTimeout(10 * time.Second).Should(Succeed())
 }
