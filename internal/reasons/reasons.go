@@ -91,7 +91,7 @@ var All = []Explanation{
 	{loadspec.ReasonTransient, "A retryable error: the network, the store busy (5xx, throttling), or a download that stalled (no byte for the stall timeout and cut by the watchdog); retried with back-off.",
 		"Usually nothing; if it repeats, check the store's reachability from the nodes and its load.", true},
 	{loadspec.ReasonHalted, "The loader refused to start: the operator halted loads, or this pod spent its attempts.", "See the object's Ready reason (LoadFailed or RetriesExhausted).", true},
-	{"OOMKilled", "The kubelet killed the loader for exceeding its memory limit (exit 137); retried.", "Raise the loader's memory (spec.resources) or use a Disk or PVC cache (spec.cache) rather than Memory for a large model.", true},
+	{"OOMKilled", "The kubelet killed the loader for exceeding its memory limit (exit 137); retried.", "The loader's limit is 512Mi plus an in-memory cache's size: give spec.model.size (or spec.cache.sizeLimit) so a Memory cache is counted, or use a Disk or PVC cache (spec.cache) for a large model.", true},
 }
 
 var byReason = func() map[string]Explanation {

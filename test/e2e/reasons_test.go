@@ -1075,8 +1075,12 @@ func realReasonCases(store *localcluster.ObjectStore) []reasonCase {
 					}
 				})
 				g.Expect(uploadErr).NotTo(HaveOccurred())
+				// A Memory cache of unknown size: the loader's limit cannot grow with
+				// it (with model.size it would), so the kernel kills the loader as the
+				// cache fills.
 				obj.Spec.Model.Source.S3.Prefix = bigPrefix
-				obj.Spec.Model.Size = ptr.To(resource.MustParse("800Mi"))
+				obj.Spec.Model.Size = nil
+				obj.Spec.Cache = &servingv1.CacheSpec{Type: servingv1.CacheMemory}
 			},
 			failedAt:    seen(func(obj client.Object) bool { return loaderExited(obj, 137) }),
 			reason:      servingv1.ReasonRetryingLoad,

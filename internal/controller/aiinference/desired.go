@@ -448,10 +448,27 @@ func loaderContainer(obj *servingv1.AIInference, opts Options) corev1.Container 
 		Resources: corev1.ResourceRequirements{
 			// A core for hashing every byte it verifies; its buffers are bounded well under 256Mi.
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("256Mi")},
-			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: loaderMemoryLimit(obj)},
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 	}
+}
+
+// loaderBufferLimit bounds the loader's own memory.
+var loaderBufferLimit = resource.MustParse("512Mi")
+
+// loaderMemoryLimit is the loader's memory limit: its buffers, plus an
+// in-memory cache's size, since the kernel charges the files the loader writes
+// to a memory-backed emptyDir to the loader's container (a 768Mi model in a
+// Memory cache was OOM-killed at 512Mi on a real node).
+func loaderMemoryLimit(obj *servingv1.AIInference) resource.Quantity {
+	limit := loaderBufferLimit.DeepCopy()
+	if cache := resolvedCache(obj); cache.Type == servingv1.CacheMemory {
+		if size := emptyDirLimit(obj, cache); size != nil {
+			limit.Add(*size)
+		}
+	}
+	return limit
 }
 
 // initContainers are the loader, then the warm-up gate when it is on.

@@ -299,3 +299,19 @@ func TestWarmupSettingsRollThePods(t *testing.T) {
 		t.Error("enabled: true, the default, changes the template hash")
 	}
 }
+
+// The files the loader writes to a memory-backed cache count against its
+// memory limit, which grows by the cache's size.
+func TestLoaderMemoryLimitCountsAMemoryCache(t *testing.T) {
+	g := NewWithT(t)
+	obj := sampleInference()
+	obj.Spec.Model.Size = ptr.To(resource.MustParse("1Gi"))
+	obj.Spec.Cache = &servingv1.CacheSpec{Type: servingv1.CacheMemory}
+	limit := loaderMemoryLimit(obj)
+	want := resource.MustParse("512Mi")
+	want.Add(*emptyDirLimit(obj, resolvedCache(obj)))
+	g.Expect(limit.Cmp(want)).To(BeZero(), "limit %s, want %s", limit.String(), want.String())
+	obj.Spec.Cache = &servingv1.CacheSpec{Type: servingv1.CacheDisk}
+	disk := loaderMemoryLimit(obj)
+	g.Expect(disk.String()).To(Equal("512Mi"))
+}
