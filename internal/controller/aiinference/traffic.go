@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -191,6 +192,9 @@ type apiSeen struct {
 func (r *Reconciler) reconcileTraffic(ctx context.Context, s *scope) error {
 	obj := s.obj
 	gw := gatewayTraffic(obj)
+	if gw == nil {
+		trace.SpanFromContext(ctx).SetAttributes(attrWhy.String("the spec asks for no Gateway traffic; only what the operator made earlier is removed"))
+	}
 	var weight int32
 	if plan := s.obs.rollout; plan.canaryActive() {
 		weight = plan.status.Weight
