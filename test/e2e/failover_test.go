@@ -26,6 +26,7 @@ import (
 // no more than the change needs. On the solo cluster: they are its only
 // operators.
 func TestFailoverToTheStandbyReplica(t *testing.T) {
+	loadGate.own(t) // timed: not beside the chaos test
 	e := soloCluster.get(t)
 	e.own(t)
 	g := NewWithT(t)
