@@ -56,6 +56,14 @@ PATH="$(hack/tools/build.sh cluster):$PATH"
 echo "==> Installing the CRD"
 kubectl apply --server-side -f config/crd/bases >/dev/null
 kubectl wait --for=condition=Established crd/aiinferences.serving.aiinference.io --timeout=60s >/dev/null
+# The canary sample's traffic: the Gateway API's HTTPRoute and the Inference
+# Extension's InferencePool, from the module versions in go.mod. The operator
+# watches them when they exist at its start.
+gateway_api=$(go list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api)
+inference_ext=$(go list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api-inference-extension)
+kubectl apply --server-side -f "$gateway_api/config/crd/standard/gateway.networking.k8s.io_httproutes.yaml" \
+	-f "$inference_ext/config/crd/bases/inference.networking.k8s.io_inferencepools.yaml" >/dev/null
+kubectl wait --for=condition=Established crd/httproutes.gateway.networking.k8s.io crd/inferencepools.inference.networking.k8s.io --timeout=60s >/dev/null
 
 echo "==> Starting the operator (log: $operator_log)"
 stop_operator

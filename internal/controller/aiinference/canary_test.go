@@ -1,11 +1,20 @@
 package aiinference
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 )
@@ -262,4 +271,30 @@ func TestStepsNeedingManyRunsFinish(t *testing.T) {
 	if last := plan.status.Analysis[len(plan.status.Analysis)-1]; last.Step != 0 || last.Verdict != servingv1.VerdictPass {
 		t.Errorf("the run that finished the step is not shown: %+v", last)
 	}
+}
+
+// Gateway traffic on a cluster without the Gateway API is reported, not ignored:
+// without it the canary's weights would never reach any route.
+func TestGatewayTrafficWithoutTheGatewayAPIStalls(t *testing.T) {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(servingv1.AddToScheme(scheme))
+	obj := canaryObject(servingv1.CanaryStep{Weight: 10, Pause: &servingv1.PauseStep{}})
+	obj.Namespace, obj.Name, obj.Generation = "no-gateway-api", "canary", 1
+	obj.Spec.Rollout.Canary.Traffic = &servingv1.CanaryTraffic{Gateway: servingv1.GatewayTraffic{ParentRef: servingv1.GatewayRef{Name: "gw"}}}
+	// The fake client's REST mapper knows the scheme's kinds only: no HTTPRoute.
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(obj).WithStatusSubresource(&servingv1.AIInference{}).Build()
+	r := &Reconciler{Client: c, APIReader: c, Scheme: scheme, Recorder: nopRecorder{}, Now: time.Now}
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "no-gateway-api", Name: "canary"}}); err != nil {
+		t.Fatal(err)
+	}
+	got := &servingv1.AIInference{}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: "no-gateway-api", Name: "canary"}, got); err != nil {
+		t.Fatal(err)
+	}
+	stalled := meta.FindStatusCondition(got.Status.Conditions, servingv1.ConditionStalled)
+	if stalled == nil || stalled.Reason != servingv1.ReasonTrafficAPIMissing || !strings.Contains(stalled.Message, "install the Gateway API CRDs") {
+		t.Fatalf("Stalled: %+v; want TrafficAPIMissing saying what to install", stalled)
+	}
+	metricsState.forget(types.NamespacedName{Namespace: "no-gateway-api", Name: "canary"})
 }

@@ -17,8 +17,9 @@ import (
 	servingv1 "github.com/aiinference/operator/api/v1"
 )
 
-// checkReferences looks up the Secrets and PVCs the spec names. A missing one stops
-// the Deployment from being applied (its pods could not start) and is reported.
+// checkReferences looks up the Secrets and PVCs the spec names, and the APIs its
+// Gateway traffic needs. A missing one stops the Deployment from being applied
+// (its pods could not start, or could not be routed to as asked) and is reported.
 func (r *Reconciler) checkReferences(ctx context.Context, s *scope) (ctrl.Result, error) {
 	obj := s.obj
 	src := obj.Spec.Model.Source
@@ -39,13 +40,16 @@ func (r *Reconciler) checkReferences(ctx context.Context, s *scope) (ctrl.Result
 			p, err = r.checkPVC(ctx, obj.Namespace, cache.PVC.ClaimName, "spec.cache.pvc.claimName")
 		}
 	}
+	if err == nil && p == nil {
+		p = r.checkTrafficAPIs(s)
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	s.obs.referenceProblem = p
 	if p != nil {
-		// Secrets and foreign PVCs are not watched (that would cache every Secret in
-		// the cluster), so look again after a while.
+		// Secrets, foreign PVCs and CRDs are not watched (that would cache every
+		// Secret in the cluster), so look again after a while.
 		return ctrl.Result{RequeueAfter: waitingRequeue}, nil
 	}
 	return ctrl.Result{}, nil
