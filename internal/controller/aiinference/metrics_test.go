@@ -66,6 +66,7 @@ func TestStatusMetrics(t *testing.T) {
 	g.Expect(testutil.CollectAndCount(readyReasonGauge)).To(Equal(1), "one reason series per object")
 
 	text := scrape(t, "aiinference_")
+	t.Logf("the operator's own series in one scrape:\n%s", text)
 	g.Expect(text).To(ContainSubstring(`aiinference_model_load_duration_seconds_count{name="llm",namespace="metrics-ns"} 1`))
 	g.Expect(text).To(ContainSubstring(`aiinference_model_load_duration_seconds_sum{name="llm",namespace="metrics-ns"} 40`))
 	g.Expect(text).To(ContainSubstring(`aiinference_time_to_ready_seconds_sum{name="llm",namespace="metrics-ns"} 180`), "from creation to Ready")
@@ -121,6 +122,7 @@ func TestMetricNamesPassPromtool(t *testing.T) {
 	defer m.forget(types.NamespacedName{Namespace: "lint-ns", Name: "llm"})
 
 	text := scrape(t, "aiinference_")
+	t.Logf("the operator's own series in one scrape:\n%s", text)
 	for _, name := range []string{"aiinference_phase", "aiinference_model_load_duration_seconds_bucket", "aiinference_time_to_ready_seconds_bucket",
 		"aiinference_failures_total", "aiinference_load_retries_total", "aiinference_canary_rollbacks_total", "aiinference_model_load_throughput_bytes_per_second"} {
 		if !strings.Contains(text, name+"{") {
