@@ -23,6 +23,7 @@ func main() {
 	var opts manager.Options
 	flag.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Address the health probe endpoint binds to.")
+	flag.StringVar(&opts.PprofBindAddress, "pprof-bind-address", "0", "Address Go's profiles (/debug/pprof/) are served on, e.g. 127.0.0.1:8082; 0 disables them.")
 	flag.BoolVar(&opts.LeaderElection, "leader-elect", false, "Elect a leader, so only one of several operator replicas acts at a time.")
 	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election lease; defaults to the pod's namespace.")
 	flag.DurationVar(&opts.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a replica waits after the leader's last renewal before it takes the lease.")

@@ -44,7 +44,10 @@ type Options struct {
 	MetricsSecure          bool
 	MetricsCertDir         string
 	HealthProbeBindAddress string
-	LeaderElection         bool
+	// PprofBindAddress serves Go's profiles (/debug/pprof/) there; empty or "0"
+	// serves none.
+	PprofBindAddress string
+	LeaderElection   bool
 	// LeaderElectionNamespace is where the lease lives; empty means the pod's namespace.
 	LeaderElectionNamespace string
 	// LeaseDuration, RenewDeadline and RetryPeriod are the leader election's
@@ -129,6 +132,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		opts.LoaderImage = DefaultLoaderImage
 	}
 	scheme := Scheme()
+	registerClientMetrics()
 	if opts.KubeAPIQPS > 0 || opts.KubeAPIBurst > 0 {
 		cfg = rest.CopyConfig(cfg)
 		cfg.QPS, cfg.Burst = opts.KubeAPIQPS, opts.KubeAPIBurst
@@ -139,6 +143,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		Scheme:                  scheme,
 		Metrics:                 metricsOptions(opts),
 		HealthProbeBindAddress:  opts.HealthProbeBindAddress,
+		PprofBindAddress:        opts.PprofBindAddress,
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        "aiinference-operator.serving.aiinference.io",
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -21,4 +22,13 @@ func metricsOptions(opts Options) metricsserver.Options {
 		o.CertDir = opts.MetricsCertDir
 	}
 	return o
+}
+
+// registerClientMetrics adds client-go's request latency and its rate limiter's
+// wait (rest_client_request_duration_seconds and
+// rest_client_rate_limiter_duration_seconds, by verb) to controller-runtime's
+// request count: they say whether a slow reconcile waits on the API server or
+// on --kube-api-qps. Registering twice is harmless.
+func registerClientMetrics() {
+	metrics.RegisterRESTClientMetrics(metrics.MetricRequestLatency, metrics.MetricRateLimiterLatency)
 }

@@ -48,6 +48,7 @@ import (
 func main() {
 	var sizes string
 	flag.StringVar(&sizes, "n", "100,1000", "object counts to run, comma-separated")
+	flag.StringVar(&profileDir, "heap-profiles", "", "folder to write the operator's heap profiles into (heap-N-ready.pb.gz once every object is Ready, heap-N-steady.pb.gz after the steady state; read them with go tool pprof); empty: none")
 	flag.Parse()
 	ctrl.SetLogger(logr.Discard()) // the clients' own logs would drown the figures
 	if err := run(sizes); err != nil {
@@ -58,6 +59,9 @@ func main() {
 
 const gpusPerNode = 8
 
+// profileDir is -heap-profiles.
+var profileDir string
+
 // result is one run's figures.
 type result struct {
 	n                            int
@@ -65,10 +69,16 @@ type result struct {
 	rssPeakKiB                   int64
 	cpu                          time.Duration
 	p50, p99                     time.Duration
-	requests                     map[string]float64
-	steadyWrites                 float64
-	firstReconcile               time.Duration
-	steadyWindow                 time.Duration
+	// reconcileTime is the reconciles' time in all; requestTime the time of the
+	// operator's requests to the API server (its client's view, from the first
+	// byte sent), requestMean and requestP99 per request; throttled the time its
+	// requests waited on the client's rate limiter (--kube-api-qps), throttleP99
+	// per request.
+	reconcileTime, requestTime, requestMean, requestP99, throttled, throttleP99 time.Duration
+	requests                                                                    map[string]float64
+	steadyWrites                                                                float64
+	firstReconcile                                                              time.Duration
+	steadyWindow                                                                time.Duration
 }
 
 func run(sizes string) error {
@@ -191,6 +201,9 @@ func runOne(root, bin, work string, n int) (result, error) {
 	}
 	r.operatorReady = time.Since(begin)
 	fmt.Fprintf(os.Stderr, "Operator: %d objects Ready in %s\n", n, r.operatorReady.Round(10*time.Millisecond))
+	if err := op.heapProfile(fmt.Sprintf("heap-%d-ready.pb.gz", n)); err != nil {
+		return r, err
+	}
 
 	families, err := op.scrape()
 	if err != nil {
@@ -201,6 +214,17 @@ func runOne(root, bin, work string, n int) (result, error) {
 		r.requests[method] = v / float64(n)
 	}
 	r.p50, r.p99 = reconcileQuantile(families, 0.5), reconcileQuantile(families, 0.99)
+	// Where reconciles wait: on the API server, or on the client's own rate limiter.
+	all := func(*dto.Metric) bool { return true }
+	var requests uint64
+	r.requestTime, requests = histogramSum(families, "rest_client_request_duration_seconds")
+	if requests > 0 {
+		r.requestMean = r.requestTime / time.Duration(requests)
+	}
+	r.requestP99 = histogramQuantile(families, "rest_client_request_duration_seconds", all, 0.99)
+	r.throttled, _ = histogramSum(families, "rest_client_rate_limiter_duration_seconds")
+	r.throttleP99 = histogramQuantile(families, "rest_client_rate_limiter_duration_seconds", all, 0.99)
+	r.reconcileTime, _ = histogramSum(families, "controller_runtime_reconcile_time_seconds")
 
 	// Steady state: everything Ready, nothing to change.
 	before := writes(families)
@@ -212,6 +236,9 @@ func runOne(root, bin, work string, n int) (result, error) {
 	r.steadyWrites = writes(families) - before
 	r.rssPeakKiB, r.cpu, err = op.usage()
 	if err != nil {
+		return r, err
+	}
+	if err := op.heapProfile(fmt.Sprintf("heap-%d-steady.pb.gz", n)); err != nil {
 		return r, err
 	}
 
@@ -321,6 +348,7 @@ func podCount(ctx context.Context, k8s client.Client, ns string) (int, error) {
 type operator struct {
 	cmd         *exec.Cmd
 	metricsAddr string
+	pprofAddr   string // with -heap-profiles
 	log         *os.File
 }
 
@@ -340,6 +368,14 @@ func startOperator(bin, kubeconfig, logPath string) (*operator, error) {
 	o := &operator{metricsAddr: fmt.Sprintf("127.0.0.1:%d", port), log: log}
 	o.cmd = exec.Command(bin, "--metrics-bind-address="+o.metricsAddr, fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", health),
 		"--loader-image=example.test/model-loader:bench")
+	if profileDir != "" {
+		pprof, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		o.pprofAddr = fmt.Sprintf("127.0.0.1:%d", pprof)
+		o.cmd.Args = append(o.cmd.Args, "--pprof-bind-address="+o.pprofAddr)
+	}
 	o.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	o.cmd.Stdout, o.cmd.Stderr = log, log
 	if err := o.cmd.Start(); err != nil {
@@ -383,6 +419,35 @@ func (o *operator) scrape() (map[string]*dto.MetricFamily, error) {
 	defer resp.Body.Close()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	return parser.TextToMetricFamilies(resp.Body)
+}
+
+// heapProfile writes the operator's heap profile into profileDir under name,
+// after a garbage collection (so in-use is what is live), when -heap-profiles is set.
+func (o *operator) heapProfile(name string) error {
+	if profileDir == "" {
+		return nil
+	}
+	resp, err := (&http.Client{Timeout: time.Minute}).Get("http://" + o.pprofAddr + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("heap profile: %s", resp.Status)
+	}
+	if err := os.MkdirAll(profileDir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(profileDir, name))
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "Heap profile in %s\n", f.Name())
+	return f.Close()
 }
 
 // usage is the process's peak RSS (VmHWM) and CPU time so far.
@@ -462,7 +527,26 @@ func counter(families map[string]*dto.MetricFamily, name string) float64 {
 // reconcileQuantile estimates a quantile of the AIInference controller's
 // reconcile time from its histogram, interpolating inside the bucket.
 func reconcileQuantile(families map[string]*dto.MetricFamily, q float64) time.Duration {
-	f, ok := families["controller_runtime_reconcile_time_seconds"]
+	return histogramQuantile(families, "controller_runtime_reconcile_time_seconds", func(m *dto.Metric) bool { return hasLabel(m, "controller", "aiinference") }, q)
+}
+
+// histogramSum is the sum and count of the series of a histogram, summed.
+func histogramSum(families map[string]*dto.MetricFamily, name string) (time.Duration, uint64) {
+	var sum float64
+	var count uint64
+	if f, ok := families[name]; ok {
+		for _, m := range f.GetMetric() {
+			sum += m.GetHistogram().GetSampleSum()
+			count += m.GetHistogram().GetSampleCount()
+		}
+	}
+	return time.Duration(sum * float64(time.Second)), count
+}
+
+// histogramQuantile estimates a quantile of the series of a histogram that keep
+// selects, summed, interpolating inside the bucket.
+func histogramQuantile(families map[string]*dto.MetricFamily, name string, keep func(*dto.Metric) bool, q float64) time.Duration {
+	f, ok := families[name]
 	if !ok {
 		return 0
 	}
@@ -470,7 +554,7 @@ func reconcileQuantile(families map[string]*dto.MetricFamily, q float64) time.Du
 	var buckets []bucket
 	var total float64
 	for _, m := range f.GetMetric() {
-		if !hasLabel(m, "controller", "aiinference") {
+		if !keep(m) {
 			continue
 		}
 		h := m.GetHistogram()
@@ -535,6 +619,14 @@ func printTable(w io.Writer, results []result) {
 	row("operator CPU seconds", "", func(r result) string { return fmt.Sprintf("%.1f s", r.cpu.Seconds()) })
 	row("reconcile p50", "", func(r result) string { return r.p50.Round(10 * time.Microsecond).String() })
 	row("reconcile p99", "<= 25ms", func(r result) string { return r.p99.Round(10 * time.Microsecond).String() })
+	row("reconciles' time in all", "", func(r result) string { return r.reconcileTime.Round(10 * time.Millisecond).String() })
+	row("API request latency mean / p99", "", func(r result) string {
+		return r.requestMean.Round(10*time.Microsecond).String() + " / " + r.requestP99.Round(100*time.Microsecond).String()
+	})
+	row("requests' time in all", "", func(r result) string { return r.requestTime.Round(10 * time.Millisecond).String() })
+	row("wait on --kube-api-qps: all / p99", "", func(r result) string {
+		return r.throttled.Round(10*time.Millisecond).String() + " / " + r.throttleP99.Round(100*time.Microsecond).String()
+	})
 	methods := map[string]bool{}
 	for _, r := range results {
 		for m := range r.requests {
