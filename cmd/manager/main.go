@@ -73,6 +73,9 @@ func main() {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
+	if set := manager.SetMemoryDefaults(); set != "" {
+		log.Info("Garbage collector settings", "set", set)
+	}
 
 	if webhooks {
 		if wh.DNSName == "" {

@@ -156,7 +156,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		GracefulShutdownTimeout:       ptrTo(30 * time.Second),
 		Controller:                    ctrlconfig.Controller{SkipNameValidation: ptrTo(opts.skipNameValidation)},
 		// managedFields are the largest part of a cached object and nothing reads them.
-		Cache: cache.Options{DefaultNamespaces: namespaces(opts.WatchNamespaces), DefaultTransform: cache.TransformStripManagedFields(), ByObject: cachedChildren(cfg, managed)},
+		Cache: cache.Options{DefaultNamespaces: namespaces(opts.WatchNamespaces), DefaultTransform: stripForCache, ByObject: cachedChildren(cfg, managed)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)

@@ -1,0 +1,57 @@
+package manager
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+)
+
+func TestParseMemoryLimit(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"536870912\n", 512 << 20, true},    // v2 and v1: bytes
+		{"max\n", 0, false},                 // v2: none
+		{"9223372036854771712\n", 0, false}, // v1: none (2^63 rounded down to a page)
+		{"", 0, false},
+		{"garbage", 0, false},
+	} {
+		got, ok := parseMemoryLimit(c.in)
+		if got != c.want || ok != c.ok {
+			t.Errorf("parseMemoryLimit(%q) = %d, %v; want %d, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+func TestStripForCache(t *testing.T) {
+	fields := []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}
+	obj := &servingv1.AIInference{ObjectMeta: metav1.ObjectMeta{Name: "chat", ManagedFields: fields, Annotations: map[string]string{
+		lastAppliedAnnotation:                `{"apiVersion":"serving.aiinference.io/v1","kind":"AIInference"}`,
+		"serving.aiinference.io/requestedAt": "2026-12-03T08:00:00Z",
+	}}}
+	got, err := stripForCache(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := got.(*servingv1.AIInference)
+	if o.ManagedFields != nil {
+		t.Errorf("managedFields kept: %v", o.ManagedFields)
+	}
+	if _, ok := o.Annotations[lastAppliedAnnotation]; ok {
+		t.Errorf("kubectl's last applied configuration kept")
+	}
+	if o.Annotations["serving.aiinference.io/requestedAt"] == "" {
+		t.Errorf("another annotation dropped: %v", o.Annotations)
+	}
+
+	// An object without annotations gets none.
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "chat-loader", ManagedFields: fields}}
+	if got, err = stripForCache(cm); err != nil || got.(*corev1.ConfigMap).Annotations != nil || got.(*corev1.ConfigMap).ManagedFields != nil {
+		t.Errorf("stripForCache(ConfigMap) = %+v, %v", got, err)
+	}
+}
