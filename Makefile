@@ -58,12 +58,22 @@ install: ## Install the CRD into the cluster of the current KUBECONFIG
 tools: ## Build (or reuse) every real binary and image the tests need
 	hack/tools/build.sh envtest cluster s3 node images promtool helm >/dev/null
 
+# Test binaries that run at once: most wait on API servers and clusters rather
+# than compute, so more than go test's default (the cores) keeps the cores busy.
+TEST_PARALLEL ?= 3
+
 .PHONY: test
 # The real-node tests need root and cgroup v1; where they are missing they fail
-# and name the missing piece.
-test: tools vet ## Everything CI runs: unit, envtest integration, loader, end-to-end and real-node tests
-	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./... -count=1 -timeout 45m
-	cd hack/images && go test ./... -count=1 -timeout 5m
+# and name the missing piece. The end-to-end suite, the longest package, starts
+# first; vet and the image builder's tests run beside the tests.
+test: tools ## Everything CI runs: vet, unit, envtest integration, loader, end-to-end and real-node tests
+	status=0; \
+	go vet ./... & vet=$$!; \
+	(cd hack/images && go test ./... -count=1 -timeout 5m) & images=$$!; \
+	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -p $(TEST_PARALLEL) ./test/e2e/ ./... -count=1 -timeout 45m || status=1; \
+	wait $$vet || status=1; \
+	wait $$images || status=1; \
+	exit $$status
 
 .PHONY: test-e2e
 test-e2e: ## Only the end-to-end tests on a local cluster with simulated GPU nodes

@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,9 +132,24 @@ func servingPods(g Gomega, obj *servingv1.AIInference) []corev1.Pod {
 }
 
 // complete sends one short completion and returns the model that answered.
+//
+// The request carries an Idempotency-Key, as a client that may send it twice
+// does (a completion changes nothing): Go's transport then sends it again when
+// the kept-alive connection it reused was closed by the server before any byte
+// of an answer came back. A stopping engine closes its idle connections when it
+// gets SIGTERM, and a request written at that moment met EOF or a reset (1 in
+// 200-400 during a rolling update, when the machine was loaded); that race is
+// between the client and the engine, not something a rollout can avoid. Any
+// other failure still counts: a refused connection, a timeout, an error answer.
 func complete(httpClient *http.Client, baseURL, model string) (string, error) {
 	body, _ := json.Marshal(map[string]any{"model": model, "prompt": "Hello", "max_tokens": 4})
-	resp, err := httpClient.Post(baseURL+"/v1/completions", "application/json", bytes.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, baseURL+"/v1/completions", bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", strconv.FormatUint(completionKeys.Add(1), 10))
+	resp, err := httpClient.Do(req)
 	if err != nil {
 		return "", err
 	}
@@ -154,6 +170,9 @@ func complete(httpClient *http.Client, baseURL, model string) (string, error) {
 	}
 	return answer.Model, nil
 }
+
+// completionKeys numbers the completions' Idempotency-Keys.
+var completionKeys atomic.Uint64
 
 // engineURL is the engine of a pod, at its IP: the host routes the real node's
 // pod subnet.
