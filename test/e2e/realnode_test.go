@@ -141,6 +141,12 @@ func servingPods(g Gomega, obj *servingv1.AIInference) []corev1.Pod {
 // 200-400 during a rolling update, when the machine was loaded); that race is
 // between the client and the engine, not something a rollout can avoid. Any
 // other failure still counts: a refused connection, a timeout, an error answer.
+// serviceRouteTimeout bounds the wait for a new Service to route to its pods.
+// kube-proxy programs the host's rules from the API server's watch; on this loaded
+// 2-core host it lagged past 20 s in a full make test, and a ClusterIP recycled
+// from another test's Service then still reached that test's old pod (404).
+const serviceRouteTimeout = 90 * time.Second
+
 func complete(httpClient *http.Client, baseURL, model string) (string, error) {
 	body, _ := json.Marshal(map[string]any{"model": model, "prompt": "Hello", "max_tokens": 4})
 	req, err := http.NewRequest(http.MethodPost, baseURL+"/v1/completions", bytes.NewReader(body))
@@ -237,7 +243,7 @@ func TestRealNodeFullLoad(t *testing.T) {
 	url := serviceURL(g, obj)
 	begin = time.Now()
 	g.Eventually(func() (string, error) { return complete(httpClient, url, obj.Spec.Model.Name) }).
-		WithTimeout(20 * time.Second).WithPolling(500 * time.Millisecond).Should(Equal(obj.Spec.Model.Name))
+		WithTimeout(serviceRouteTimeout).WithPolling(500 * time.Millisecond).Should(Equal(obj.Spec.Model.Name))
 	t.Logf("a completion through the Service answered %s after Ready was checked", time.Since(begin).Round(100*time.Millisecond))
 }
 
@@ -390,7 +396,7 @@ func TestRealNodeRollingUpdateDropsNoRequest(t *testing.T) {
 	url := serviceURL(g, obj)
 	httpClient := &http.Client{Timeout: 5 * time.Second}
 	g.Eventually(func() (string, error) { return complete(httpClient, url, obj.Spec.Model.Name) }).
-		WithTimeout(20 * time.Second).WithPolling(500 * time.Millisecond).Should(Equal(obj.Spec.Model.Name))
+		WithTimeout(serviceRouteTimeout).WithPolling(500 * time.Millisecond).Should(Equal(obj.Spec.Model.Name))
 
 	// At most 3000 requests, 50 ms apart, until the rollout is over.
 	stop := make(chan struct{})
