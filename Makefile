@@ -112,5 +112,5 @@ bench-scale: ## The operator at N objects beside plain Deployments on the local 
 	go run ./test/scale $(BENCH_SCALE_ARGS)
 
 .PHONY: bench-loader
-bench-loader: ## Benchmark the model loader against rclone on a local S3 server (>= 4 GB tree, cached)
+bench-loader: ## The model loader against rclone: through a remote-store-shaped link, then on loopback (4.3 GB tree, cached; BENCH_LOADER_ARGS="-runs 5")
 	go run ./internal/loader/bench $(BENCH_LOADER_ARGS)
