@@ -26,9 +26,9 @@ func main() {
 	flag.StringVar(&opts.PprofBindAddress, "pprof-bind-address", "0", "Address Go's profiles (/debug/pprof/) are served on, e.g. 127.0.0.1:8082; 0 disables them.")
 	flag.BoolVar(&opts.LeaderElection, "leader-elect", false, "Elect a leader, so only one of several operator replicas acts at a time.")
 	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election lease; defaults to the pod's namespace.")
-	flag.DurationVar(&opts.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a replica waits after the leader's last renewal before it takes the lease.")
+	flag.DurationVar(&opts.LeaseDuration, "leader-elect-lease-duration", 12*time.Second, "How long a replica waits after the leader's last renewal before it takes the lease.")
 	flag.DurationVar(&opts.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps retrying to renew before it gives up leading (and exits).")
-	flag.DurationVar(&opts.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "How often replicas try to acquire or renew the lease.")
+	flag.DurationVar(&opts.RetryPeriod, "leader-elect-retry-period", 1500*time.Millisecond, "How often replicas try to acquire or renew the lease.")
 	var watchNamespaces string
 	flag.StringVar(&watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces to watch and act in (namespace mode: needs only Roles there, see config/namespaced); empty: all namespaces.")
 	flag.BoolVar(&opts.MetricsSecure, "metrics-secure", false, "Serve metrics over HTTPS to callers whose token the API server authenticates and authorizes for GET /metrics (the aiinference-metrics-reader ClusterRole); config/default turns it on.")

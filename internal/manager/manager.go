@@ -51,8 +51,11 @@ type Options struct {
 	// LeaderElectionNamespace is where the lease lives; empty means the pod's namespace.
 	LeaderElectionNamespace string
 	// LeaseDuration, RenewDeadline and RetryPeriod are the leader election's
-	// timing; zero keeps controller-runtime's defaults (15 s, 10 s, 2 s): a
-	// replica takes over at most LeaseDuration + RetryPeriod after the leader dies.
+	// timing; zero keeps controller-runtime's defaults (15 s, 10 s, 2 s). A
+	// standby sees the leader's last renewal at its next try and takes over at
+	// the first try after that renewal is LeaseDuration old; tries come every
+	// RetryPeriod to 2.2x RetryPeriod (client-go's jitter), so a dead leader is
+	// replaced within LeaseDuration + 4.4x RetryPeriod.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 
 	// WatchNamespaces, when set, limits the operator to these namespaces: it
