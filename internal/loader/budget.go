@@ -63,7 +63,11 @@ func runBudgeted(ctx context.Context, o Options, b loadspec.Budget, log *slog.Lo
 	}
 	if refusal != "" {
 		err := &Error{Reason: loadspec.ReasonHalted, Err: errors.New(refusal)}
-		return loadspec.Summary{Failure: &loadspec.Failure{Reason: loadspec.ReasonHalted, Message: refusal}}, err
+		s := loadspec.Summary{Failure: &loadspec.Failure{Reason: loadspec.ReasonHalted, Message: refusal}}
+		if prev.Failed > 0 {
+			s.Attempts = &prev
+		}
+		return s, err
 	}
 	if wait > 0 {
 		log.Info("Waiting before the next attempt", "wait", wait.Round(time.Millisecond),

@@ -219,6 +219,9 @@ func TestPermanentFailureIsNotTriedAgain(t *testing.T) {
 		!strings.HasPrefix(s.Failure.Message, "an earlier attempt failed with SourceNotFound: ") {
 		t.Errorf("second run's failure %+v", s.Failure)
 	}
+	if s.Attempts == nil || !reflect.DeepEqual(*s.Attempts, rec) {
+		t.Errorf("second run's summary carries the attempts %+v; want the record %+v", s.Attempts, rec)
+	}
 	if again, _ := readRecord(t, dest); !reflect.DeepEqual(again, rec) {
 		t.Errorf("a refused run changed the record: %+v, was %+v", again, rec)
 	}

@@ -50,19 +50,7 @@ func ExitCode(err error) int {
 	if err == nil {
 		return 0
 	}
-	switch reasonOf(err) {
-	case loadspec.ReasonInvalidConfig:
-		return loadspec.ExitInvalidConfig
-	case loadspec.ReasonNotFound:
-		return loadspec.ExitNotFound
-	case loadspec.ReasonAccessDenied:
-		return loadspec.ExitAccessDenied
-	case loadspec.ReasonChecksumMismatch:
-		return loadspec.ExitChecksum
-	case loadspec.ReasonHalted:
-		return loadspec.ExitHalted
-	}
-	return loadspec.ExitRetryable
+	return int(loadspec.ExitCodeOf(reasonOf(err)))
 }
 
 // FailureOf turns a Run error into the summary's failure block.

@@ -140,6 +140,11 @@ type Summary struct {
 	CacheHit bool `json:"cacheHit,omitempty"`
 	// Failure is set when the load did not succeed.
 	Failure *Failure `json:"failure,omitempty"`
+	// Attempts, on a LoadsHalted refusal, is the pod's record of the earlier
+	// runs that contacted the store: the kubelet restarts a refused loader as
+	// it does a failed one, so the restart count overstates the attempts, and
+	// the failure that matters is the record's last, not the refusal.
+	Attempts *Attempts `json:"attempts,omitempty"`
 	// Checks counts the files by how they were verified: "sha256" (the manifest,
 	// or the store's SHA256), the store's checksum named after its algorithm
 	// ("crc64nvme", "crc32c", "crc32", "sha1", with "-composite" for a checksum
@@ -187,6 +192,24 @@ const (
 	// ExitHalted: the loader made no request (see ReasonHalted).
 	ExitHalted = 24
 )
+
+// ExitCodeOf is the loader's exit code for a failure reason; reasons without
+// their own code (a timeout, a transient error) exit ExitRetryable.
+func ExitCodeOf(reason string) int32 {
+	switch reason {
+	case ReasonInvalidConfig:
+		return ExitInvalidConfig
+	case ReasonNotFound:
+		return ExitNotFound
+	case ReasonAccessDenied:
+		return ExitAccessDenied
+	case ReasonChecksumMismatch:
+		return ExitChecksum
+	case ReasonHalted:
+		return ExitHalted
+	}
+	return ExitRetryable
+}
 
 // IsRetryableExit tells whether a loader exit code is worth another attempt.
 // Codes the loader does not define (a crash, an OOM kill's 137) are treated as

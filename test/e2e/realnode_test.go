@@ -248,18 +248,13 @@ func TestRealNodeFullLoad(t *testing.T) {
 }
 
 // 2. Corruption: an object corrupted in the store fails the load for good, and
-// the store serves no further download, whatever the kubelet does.
-//
-// It runs alone on the shared cluster (shared.own) for now: the real kubelet
-// restarts a failed loader at once the first time, the second run refuses with
-// LoadsHalted ("an earlier attempt failed with ChecksumMismatch") within a
-// second, and an operator that sees the pod only after both records
-// LoadsHalted as the failure (seen once beside the other tests: lastFailure
-// LoadsHalted, the assertion below wants ChecksumMismatch). Back to
-// shared.share once status keeps the earlier attempt's reason.
+// the store serves no further download, whatever the kubelet does. The real
+// kubelet restarts a failed loader at once the first time and the second run
+// refuses within a second: an operator that sees the pod only after both still
+// reports the checksum mismatch, from the refusal's copy of the attempt record.
 func TestRealNodeCorruptionStopsDownloads(t *testing.T) {
 	store := needRealNode(t)
-	shared.own(t)
+	shared.share(t)
 	loadGate.own(t)
 	reserveRealPods(t, 1)
 	g := NewWithT(t)

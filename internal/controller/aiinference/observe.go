@@ -173,8 +173,19 @@ func observeLoader(v *podView, cs corev1.ContainerStatus) {
 	if state.Running != nil {
 		latest = cs.LastTerminationState.Terminated
 	}
-	if latest != nil && latest.ExitCode != 0 {
-		v.LoaderLastFailure = loaderFailure(latest)
+	if latest == nil || latest.ExitCode == 0 {
+		return
+	}
+	v.LoaderLastFailure = loaderFailure(latest)
+	if latest.ExitCode != loadspec.ExitHalted {
+		return
+	}
+	// A refusal is no attempt: the pod's own record says how many runs failed
+	// and how the last one did.
+	if s := parseSummary(latest.Message); s != nil && s.Attempts != nil && s.Attempts.LastFailure != nil {
+		f := s.Attempts.LastFailure
+		v.LoaderFailures = int32(s.Attempts.Failed)
+		v.LoaderLastFailure = &loaderExit{ExitCode: loadspec.ExitCodeOf(f.Reason), Reason: f.Reason, Message: f.Message, Finished: s.Attempts.LastTime}
 	}
 }
 

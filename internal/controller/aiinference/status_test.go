@@ -3,6 +3,8 @@ package aiinference
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -186,6 +188,28 @@ func TestObserveLoaderCountsRunsAsAKubeletNumbersThem(t *testing.T) {
 				t.Errorf("failures %d, last failure %v, done %v; want %d, %v, %v", v.LoaderFailures, v.LoaderLastFailure != nil, v.LoaderDone, tt.wantFailures, tt.wantLast, tt.wantDone)
 			}
 		})
+	}
+}
+
+// A kubelet restarts a loader that failed for good at once; the run that refuses
+// must not hide the failure or count as another attempt.
+func TestObserveLoaderSeesThroughARefusal(t *testing.T) {
+	failed := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	refusal := fmt.Sprintf(`{"failure":{"reason":"LoadsHalted","message":"an earlier attempt failed with ChecksumMismatch: shard: crc64nvme check failed; not downloading again"},`+
+		`"attempts":{"epoch":"e1","failed":1,"lastFailure":{"reason":"ChecksumMismatch","message":"shard: crc64nvme check failed"},"lastTime":%q}}`, failed.Format(time.RFC3339))
+	var v podView
+	observeLoader(&v, corev1.ContainerStatus{Name: LoaderContainerName, RestartCount: 2,
+		State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: loadspec.ExitHalted, Message: refusal}}})
+	if v.LoaderFailures != 1 {
+		t.Errorf("failures %d; want 1, the refusals are no attempts", v.LoaderFailures)
+	}
+	want := &loaderExit{ExitCode: loadspec.ExitChecksum, Reason: loadspec.ReasonChecksumMismatch, Message: "shard: crc64nvme check failed", Finished: failed}
+	if !reflect.DeepEqual(v.LoaderLastFailure, want) {
+		t.Errorf("last failure %+v; want %+v", v.LoaderLastFailure, want)
+	}
+	if f := failureOf(v, time.Now()); f.Retryable || f.Reason != loadspec.ReasonChecksumMismatch {
+		t.Errorf("status failure %+v; want the checksum mismatch, not retryable", f)
 	}
 }
 
