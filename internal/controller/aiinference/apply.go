@@ -58,8 +58,25 @@ func (r *Reconciler) applyChild(ctx context.Context, s *scope, desired, existing
 		return 0, err
 	}
 	kind := desired.GetObjectKind().GroupVersionKind().Kind
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(desired)
+	if err != nil {
+		return 0, fmt.Errorf("converting %s: %w", kind, err)
+	}
+	delete(content, "status")
+	key := client.ObjectKeyFromObject(desired)
 
-	found, err := r.getChild(ctx, client.ObjectKeyFromObject(desired), existing)
+	found, err := r.getCached(ctx, key, existing)
+	if err == nil && !found {
+		// The cache holds every object with the operator's label: a miss means the
+		// operator never wrote this child, or an object of that name is someone
+		// else's. Create it without reading first; only an object in the way costs
+		// the read that tells whose it is.
+		created, cerr := r.createOnly(ctx, s, kind, content)
+		if cerr != nil || created {
+			return applyCreated, cerr
+		}
+		found, err = r.getUncached(ctx, key, existing)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("reading %s %s: %w", kind, desired.GetName(), err)
 	}
@@ -79,11 +96,6 @@ func (r *Reconciler) applyChild(ctx context.Context, s *scope, desired, existing
 		result, drifted = applyUpdated, !covered && existing.GetAnnotations()[AnnotationSpecHash] == hash
 	}
 
-	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(desired)
-	if err != nil {
-		return 0, fmt.Errorf("converting %s: %w", kind, err)
-	}
-	delete(content, "status")
 	ctrl.LoggerFrom(ctx).Info("Applying "+kind, kind, klog.KObj(desired), "editedByHand", drifted)
 	if drifted {
 		// Server-side apply keeps what other field managers set: a Service port
@@ -105,6 +117,64 @@ func (r *Reconciler) applyChild(ctx context.Context, s *scope, desired, existing
 	return result, nil
 }
 
+// createOnlyVersion is a resourceVersion no object has (etcd's first write
+// already takes revision 2): a server-side apply that carries it creates the
+// object when it is absent, and fails with a conflict, writing nothing, when
+// an object of that name exists. (A UID in the apply does not work: the API
+// server refuses to create an object whose UID the request names. A POST would,
+// but its fields would belong to an Update manager that later applies never
+// remove.)
+const createOnlyVersion = "1"
+
+// createOnly creates a child with a server-side apply that cannot touch an
+// existing object; false (and no error) when one is in the way.
+func (r *Reconciler) createOnly(ctx context.Context, s *scope, kind string, content map[string]any) (bool, error) {
+	u := (&unstructured.Unstructured{Object: content}).DeepCopy()
+	u.SetResourceVersion(createOnlyVersion)
+	ctrl.LoggerFrom(ctx).Info("Creating "+kind, kind, klog.KObj(u))
+	err := r.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership)
+	switch {
+	case apierrors.IsConflict(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("creating %s %s: %w", kind, u.GetName(), err)
+	}
+	s.noteChange()
+	return true, nil
+}
+
+// getCached reads a child from the cache, which holds only objects with the
+// operator's label.
+func (r *Reconciler) getCached(ctx context.Context, key client.ObjectKey, obj client.Object) (bool, error) {
+	err := r.Get(ctx, key, obj)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// getUncached reads an object from the API server: one of the same name as a
+// child that the cache does not hold (a user's), or a child written so
+// recently that the cache has not seen it yet.
+func (r *Reconciler) getUncached(ctx context.Context, key client.ObjectKey, obj client.Object) (bool, error) {
+	err := r.APIReader.Get(ctx, key, obj)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// getChild reads a child from the cache, and on a miss from the API server: the
+// cache holds only objects with the operator's label, so a user's object of the
+// same name is only found there.
+func (r *Reconciler) getChild(ctx context.Context, key client.ObjectKey, obj client.Object) (bool, error) {
+	found, err := r.getCached(ctx, key, obj)
+	if err != nil || found {
+		return found, err
+	}
+	return r.getUncached(ctx, key, obj)
+}
+
 // mergeDesired writes the desired spec or data over an existing child with a
 // JSON merge patch.
 func (r *Reconciler) mergeDesired(ctx context.Context, desired map[string]any, existing client.Object) error {
@@ -119,20 +189,6 @@ func (r *Reconciler) mergeDesired(ctx context.Context, desired map[string]any, e
 		return err
 	}
 	return r.Patch(ctx, existing, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldOwner))
-}
-
-// getChild reads a child from the cache, and on a miss from the API server: the
-// cache holds only objects with the operator's label, so a user's object of the
-// same name is only found there.
-func (r *Reconciler) getChild(ctx context.Context, key client.ObjectKey, obj client.Object) (bool, error) {
-	err := r.Get(ctx, key, obj)
-	if apierrors.IsNotFound(err) {
-		err = r.APIReader.Get(ctx, key, obj)
-	}
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	return err == nil, err
 }
 
 // covers tells whether the existing child holds everything desired sets in its

@@ -191,33 +191,38 @@ func (r *Reconciler) reconcileSteps(ctx context.Context, s *scope) (ctrl.Result,
 	}
 
 	var errs []error
-	dependenciesOK := s.obs.referenceProblem == nil
-	run := func(name string, step func(context.Context, *scope) error) error {
-		return traced(ctx, name, func(ctx context.Context) error { return step(ctx, s) })
-	}
-	for _, step := range []struct {
-		name string
-		fn   func(context.Context, *scope) error
-	}{{"reconcileConfigMap", r.reconcileConfigMap}, {"reconcileCachePVC", r.reconcileCachePVC}} {
-		if err := run(step.name, step.fn); err != nil {
-			errs = append(errs, err)
-			dependenciesOK = false
-		}
-	}
-	// The Deployment, the Service and the traffic objects depend on nothing but
-	// the steps above: they are written at once, which saves a creating pass two
-	// round trips to the API server.
-	var writes sync.WaitGroup
 	var errsMu sync.Mutex
-	runAlongside := func(name string, step func(context.Context, *scope) error) {
-		writes.Go(func() {
-			if err := run(name, step); err != nil {
-				errsMu.Lock()
-				errs = append(errs, err)
-				errsMu.Unlock()
-			}
-		})
+	run := func(name string, step func(context.Context, *scope) error) error {
+		err := traced(ctx, name, func(ctx context.Context) error { return step(ctx, s) })
+		if err != nil {
+			errsMu.Lock()
+			errs = append(errs, err)
+			errsMu.Unlock()
+		}
+		return err
 	}
+	// Two rounds of writes. First, at once, what depends on nothing: the
+	// loader's ConfigMap and the cache claim, the Service and the traffic
+	// objects. Then the Deployment, which names the ConfigMap's hash and the
+	// claim, and which is not written while a child's name is taken (pods that
+	// no Service of theirs would reach would hold GPUs for nothing).
+	dependenciesOK := true
+	var writes sync.WaitGroup
+	writes.Go(func() {
+		for _, step := range []struct {
+			name string
+			fn   func(context.Context, *scope) error
+		}{{"reconcileConfigMap", r.reconcileConfigMap}, {"reconcileCachePVC", r.reconcileCachePVC}} {
+			if run(step.name, step.fn) != nil {
+				dependenciesOK = false
+			}
+		}
+	})
+	writes.Go(func() { _ = run("reconcileService", r.reconcileService) })
+	if s.obs.referenceProblem == nil {
+		writes.Go(func() { _ = run("reconcileTraffic", r.reconcileTraffic) })
+	}
+	writes.Wait()
 	switch {
 	case s.obs.referenceProblem != nil:
 		skipped(ctx, "reconcileDeployment", "a referenced object is missing: "+s.obs.referenceProblem.reason)
@@ -226,16 +231,9 @@ func (r *Reconciler) reconcileSteps(ctx context.Context, s *scope) (ctrl.Result,
 	case s.obs.nameConflict != nil:
 		skipped(ctx, "reconcileDeployment", "a child's name is taken: "+s.obs.nameConflict.message)
 	default:
-		runAlongside("reconcileDeployment", r.reconcileDeployment)
+		_ = run("reconcileDeployment", r.reconcileDeployment)
 	}
-	runAlongside("reconcileService", r.reconcileService)
-	if s.obs.referenceProblem == nil {
-		runAlongside("reconcileTraffic", r.reconcileTraffic)
-	}
-	writes.Wait()
-	if err := run("replacePods", r.replacePods); err != nil {
-		errs = append(errs, err)
-	}
+	_ = run("replacePods", r.replacePods)
 	if s.obs.nameConflict != nil {
 		// The operator does not watch objects it does not own: look again later.
 		result = lowestRequeue(result, ctrl.Result{RequeueAfter: waitingRequeue})

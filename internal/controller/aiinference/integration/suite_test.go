@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -41,6 +42,9 @@ var (
 	// not cached, so each reconcile of an object with a credentials Secret reads it
 	// once, at its start: a test sees its own object's reconciles this way.
 	secretReads sync.Map
+	// childReads records, per namespace, the manager's reads of single
+	// ConfigMaps, Services and Deployments from the API server (not the cache).
+	childReads sync.Map
 )
 
 func TestMain(m *testing.M) {
@@ -103,7 +107,8 @@ func runSuite(m *testing.M) int {
 	return m.Run()
 }
 
-// writeCounter counts requests that change state on the API server, and reads of Secrets.
+// writeCounter counts requests that change state on the API server, and reads of
+// Secrets and of single children.
 type writeCounter struct{ next http.RoundTripper }
 
 func (w writeCounter) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -115,8 +120,39 @@ func (w writeCounter) RoundTrip(req *http.Request) (*http.Response, error) {
 			n, _ := secretReads.LoadOrStore(ns, new(atomic.Int64))
 			n.(*atomic.Int64).Add(1)
 		}
+		if ns, kind, ok := singleChild(req.URL.Path); ok {
+			reads, _ := childReads.LoadOrStore(ns, &sync.Map{})
+			reads.(*sync.Map).Store(kind+"/"+path.Base(req.URL.Path), true)
+		}
 	}
 	return w.next.RoundTrip(req)
+}
+
+// singleChild tells whether a path names one ConfigMap, Service or Deployment,
+// and its namespace and resource.
+func singleChild(p string) (namespace, resource string, ok bool) {
+	parts := strings.Split(strings.Trim(p, "/"), "/")
+	// api/v1/namespaces/NS/RESOURCE/NAME or apis/apps/v1/namespaces/NS/RESOURCE/NAME
+	if len(parts) < 6 || parts[len(parts)-4] != "namespaces" {
+		return "", "", false
+	}
+	switch resource = parts[len(parts)-2]; resource {
+	case "configmaps", "services", "deployments":
+		return parts[len(parts)-3], resource, true
+	}
+	return "", "", false
+}
+
+// childReadsOf lists the children of a namespace the manager read from the API server.
+func childReadsOf(namespace string) []string {
+	var names []string
+	if reads, ok := childReads.Load(namespace); ok {
+		reads.(*sync.Map).Range(func(k, _ any) bool {
+			names = append(names, k.(string))
+			return true
+		})
+	}
+	return names
 }
 
 // reconcilesOf counts the reconciles of objects in a namespace that read a Secret.

@@ -392,6 +392,22 @@ func TestChildrenEditedByHandConvergeBack(t *testing.T) {
 	}).WithTimeout(waitTimeout).Should(Succeed())
 }
 
+// A creating pass writes its children without reading them first: the cache
+// holds every child the operator made, and the create-only apply refuses to
+// touch an object of someone else's (TestASameNamedServiceIsNeverAdopted).
+func TestACreatingPassReadsNoChild(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	createS3Secret(t, ns)
+	obj := newInference(ns, "fresh")
+	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
+	key := client.ObjectKeyFromObject(obj)
+	getDeployment(g, key)
+	g.Expect(k8s.Get(context.Background(), key, &corev1.Service{})).To(Succeed())
+	g.Expect(childReadsOf(ns)).To(BeEmpty(), "children read from the API server")
+}
+
 func TestASameNamedServiceIsNeverAdopted(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
