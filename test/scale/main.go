@@ -608,13 +608,13 @@ func hasLabel(m *dto.Metric, name, value string) bool {
 func printTable(w io.Writer, results []result) {
 	fmt.Fprintf(w, "\n%-44s", "")
 	for _, r := range results {
-		fmt.Fprintf(w, "%16s", fmt.Sprintf("N=%d", r.n))
+		fmt.Fprintf(w, " %18s", fmt.Sprintf("N=%d", r.n))
 	}
 	fmt.Fprintf(w, "  target\n")
 	row := func(name, target string, cell func(r result) string) {
 		fmt.Fprintf(w, "%-44s", name)
 		for _, r := range results {
-			fmt.Fprintf(w, "%16s", cell(r))
+			fmt.Fprintf(w, " %18s", cell(r))
 		}
 		fmt.Fprintf(w, "  %s\n", target)
 	}
