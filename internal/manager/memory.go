@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 )
@@ -92,6 +94,12 @@ func stripForCache(obj any) (any, error) {
 			delete(annotations, lastAppliedAnnotation)
 			m.SetAnnotations(annotations)
 		}
+	}
+	if d, ok := obj.(*appsv1.Deployment); ok {
+		// The pod spec is most of a Deployment and the operator reads it only to
+		// find edits by hand, which the Deployment's generation tells (see
+		// aiinference's verifiedGenerations); the template's metadata stays.
+		d.Spec.Template.Spec = corev1.PodSpec{}
 	}
 	return obj, nil
 }

@@ -3,6 +3,7 @@ package manager
 import (
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -53,5 +54,14 @@ func TestStripForCache(t *testing.T) {
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "chat-loader", ManagedFields: fields}}
 	if got, err = stripForCache(cm); err != nil || got.(*corev1.ConfigMap).Annotations != nil || got.(*corev1.ConfigMap).ManagedFields != nil {
 		t.Errorf("stripForCache(ConfigMap) = %+v, %v", got, err)
+	}
+
+	// A Deployment keeps its template's metadata and loses its pod spec.
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "chat"}, Spec: appsv1.DeploymentSpec{
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"serving.aiinference.io/template-hash": "abc"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "engine", Image: "vllm"}}}}}}
+	got, err = stripForCache(d)
+	if kept := got.(*appsv1.Deployment).Spec.Template; err != nil || len(kept.Spec.Containers) != 0 || kept.Annotations["serving.aiinference.io/template-hash"] != "abc" {
+		t.Errorf("stripForCache(Deployment) template = %+v, %v", kept, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 
+	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -80,6 +81,18 @@ func (r *Reconciler) applyChild(ctx context.Context, s *scope, desired, existing
 	if err != nil {
 		return 0, fmt.Errorf("reading %s %s: %w", kind, desired.GetName(), err)
 	}
+	if d, ok := existing.(*appsv1.Deployment); ok && found && podSpecDropped(d) && d.Annotations[AnnotationSpecHash] == hash {
+		// The desired spec is the one last written: unchanged unless someone
+		// else wrote the spec since, which only its full copy can tell.
+		if r.verified.matches(d) {
+			return applyUnchanged, nil
+		}
+		if found, err = r.getUncached(ctx, key, existing); err != nil {
+			return 0, fmt.Errorf("reading %s %s: %w", kind, desired.GetName(), err)
+		} else if !found {
+			return 0, fmt.Errorf("%s %s went away while being read; looking again", kind, desired.GetName())
+		}
+	}
 	result, drifted := applyCreated, false
 	if found {
 		if !metav1.IsControlledBy(existing, s.obj) {
@@ -90,6 +103,9 @@ func (r *Reconciler) applyChild(ctx context.Context, s *scope, desired, existing
 		}
 		covered, err := covers(existing, desired)
 		if err != nil || (covered && existing.GetAnnotations()[AnnotationSpecHash] == hash) {
+			if err == nil {
+				r.noteVerified(existing)
+			}
 			return applyUnchanged, err
 		}
 		// Edited by hand: the operator's desired state did not change, the child did.
@@ -112,6 +128,7 @@ func (r *Reconciler) applyChild(ctx context.Context, s *scope, desired, existing
 	if err := r.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		return 0, fmt.Errorf("applying %s %s: %w", kind, desired.GetName(), err)
 	}
+	r.noteVerified(u) // the API server's answer: the applied object
 	// The applied spec is new: whatever status was observed describes the old one.
 	s.noteChange()
 	return result, nil
@@ -139,8 +156,17 @@ func (r *Reconciler) createOnly(ctx context.Context, s *scope, kind string, cont
 	case err != nil:
 		return false, fmt.Errorf("creating %s %s: %w", kind, u.GetName(), err)
 	}
+	r.noteVerified(u)
 	s.noteChange()
 	return true, nil
+}
+
+// noteVerified remembers the generation of a Deployment whose full spec the
+// operator wrote or compared: the desired one.
+func (r *Reconciler) noteVerified(obj client.Object) {
+	if _, typed := obj.(*appsv1.Deployment); typed || obj.GetObjectKind().GroupVersionKind().Kind == "Deployment" {
+		r.verified.record(client.ObjectKeyFromObject(obj), obj.GetUID(), obj.GetGeneration())
+	}
 }
 
 // getCached reads a child from the cache, which holds only objects with the

@@ -61,6 +61,9 @@ type Reconciler struct {
 
 	// apis remembers which optional traffic kinds the cluster serves.
 	apis servedAPIs
+	// verified remembers the Deployment generations known to hold the desired
+	// pod spec, which the cache does not keep.
+	verified verifiedGenerations
 }
 
 // scope is what one reconcile pass knows.
@@ -114,6 +117,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	if err := r.Get(ctx, req.NamespacedName, obj); err != nil {
 		if apierrors.IsNotFound(err) {
 			metricsState.forget(req.NamespacedName)
+			r.verified.forget(req.NamespacedName)
 			span.SetAttributes(attrDecision.String("skipped"), attrWhy.String("the AIInference is gone"))
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)

@@ -90,7 +90,13 @@ func (r *Reconciler) checkPVC(ctx context.Context, namespace, name, field string
 func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	key := client.ObjectKey{Namespace: s.obj.Namespace, Name: s.obj.Name}
 	d := &appsv1.Deployment{}
-	if err := r.Get(ctx, key, d); err == nil && metav1.IsControlledBy(d, s.obj) {
+	err := r.Get(ctx, key, d)
+	if err == nil && isCanary(s.obj) && podSpecDropped(d) {
+		// A canary rollout keeps the stable pods' template as it runs, which the
+		// cache does not hold in full.
+		err = r.APIReader.Get(ctx, key, d)
+	}
+	if err == nil && metav1.IsControlledBy(d, s.obj) {
 		s.obs.deployment = d
 	} else if client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("reading Deployment %s: %w", s.obj.Name, err)
