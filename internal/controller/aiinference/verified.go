@@ -4,7 +4,10 @@ import (
 	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
 )
 
 // podSpecDropped tells whether a Deployment came from the cache, which keeps no
@@ -39,7 +42,8 @@ func (v *verifiedGenerations) record(key types.NamespacedName, uid types.UID, ge
 
 // forget drops the Deployments of an AIInference that is gone.
 func (v *verifiedGenerations) forget(inference types.NamespacedName) {
-	for _, name := range []string{inference.Name, inference.Name + "-canary"} {
-		v.m.Delete(types.NamespacedName{Namespace: inference.Namespace, Name: name})
+	obj := &servingv1.AIInference{ObjectMeta: metav1.ObjectMeta{Namespace: inference.Namespace, Name: inference.Name}}
+	for _, name := range []string{obj.Name, canaryName(obj)} {
+		v.m.Delete(types.NamespacedName{Namespace: obj.Namespace, Name: name})
 	}
 }
