@@ -221,8 +221,14 @@ func TestRealNodeFullLoad(t *testing.T) {
 	// The engine reads the model where the loader wrote it: the folder the engine
 	// reports serving from (/v1/models' root, as vLLM reports it) is the loader's
 	// destination in its ConfigMap.
-	pods := servingPods(g, obj)
-	g.Expect(pods).To(HaveLen(1))
+	// The pod was ready when the status said so, but a kubelet can take it out
+	// of ready for a moment right after its startup probe passes (seen once in a
+	// full make test: Ready, then unready a second later), so wait for it.
+	var pods []corev1.Pod
+	g.Eventually(func(g Gomega) {
+		pods = servingPods(g, obj)
+		g.Expect(pods).To(HaveLen(1))
+	}).WithTimeout(30 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
 	cm := &corev1.ConfigMap{}
 	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: obj.Name + "-loader"}, cm)).To(Succeed())
 	var config loadspec.Config
