@@ -137,8 +137,7 @@ tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
 	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
 	waitFor(t, g, obj, realReadyTimeout, beReady(1))
 	t.Logf("the sample is Ready %s after creation, its pods admitted under restricted", time.Since(begin).Round(100*time.Millisecond))
-	pods := servingPods(g, obj)
-	g.Expect(pods).To(HaveLen(1))
+	pods := oneServingPod(g, obj)
 	g.Expect(pods[0].Spec.InitContainers[0].Image).To(Equal(version.LoaderImage()), "the chart's default loader image")
 
 	// Read as v1alpha1, it goes through the conversion webhook in the pod.

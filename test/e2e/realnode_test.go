@@ -131,6 +131,19 @@ func servingPods(g Gomega, obj *servingv1.AIInference) []corev1.Pod {
 	return ready
 }
 
+// oneServingPod waits for the object's one ready pod. It was ready when the
+// status said so, but a kubelet can take it out of ready for a moment right
+// after its startup probe passes (seen once in a full make test: Ready, then
+// unready a second later).
+func oneServingPod(g Gomega, obj *servingv1.AIInference) []corev1.Pod {
+	var pods []corev1.Pod
+	g.Eventually(func(g Gomega) {
+		pods = servingPods(g, obj)
+		g.Expect(pods).To(HaveLen(1))
+	}).WithTimeout(30 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
+	return pods
+}
+
 // complete sends one short completion and returns the model that answered.
 //
 // The request carries an Idempotency-Key, as a client that may send it twice
@@ -221,14 +234,7 @@ func TestRealNodeFullLoad(t *testing.T) {
 	// The engine reads the model where the loader wrote it: the folder the engine
 	// reports serving from (/v1/models' root, as vLLM reports it) is the loader's
 	// destination in its ConfigMap.
-	// The pod was ready when the status said so, but a kubelet can take it out
-	// of ready for a moment right after its startup probe passes (seen once in a
-	// full make test: Ready, then unready a second later), so wait for it.
-	var pods []corev1.Pod
-	g.Eventually(func(g Gomega) {
-		pods = servingPods(g, obj)
-		g.Expect(pods).To(HaveLen(1))
-	}).WithTimeout(30 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
+	pods := oneServingPod(g, obj)
 	cm := &corev1.ConfigMap{}
 	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: obj.Name + "-loader"}, cm)).To(Succeed())
 	var config loadspec.Config
