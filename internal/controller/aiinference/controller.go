@@ -285,11 +285,8 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 				eventType = corev1.EventTypeWarning
 			}
 			r.Recorder.Eventf(obj, nil, eventType, d.Decision, "Rollout", "Revision %s, step %d, canary weight %d%%: %s", d.Revision, d.Step+1, d.Weight, d.Message)
-			rolloutDecisions.WithLabelValues(obj.Namespace, obj.Name, d.Decision).Inc()
-			if d.Decision == decisionRolledBack || d.Decision == decisionAborted {
-				canaryRollbacksTotal.WithLabelValues(obj.Namespace, obj.Name).Inc()
-			}
 		}
+		metricsState.countDecisions(client.ObjectKeyFromObject(obj), s.obs.rollout.decisions)
 	}
 	if after != nil && (before == nil || before.Reason != after.Reason) {
 		eventType := corev1.EventTypeNormal

@@ -1,6 +1,7 @@
 package aiinference
 
 import (
+	"maps"
 	"regexp"
 	"sync"
 	"time"
@@ -15,106 +16,78 @@ import (
 )
 
 // The operator's own metrics, served beside controller-runtime's on the manager's
-// metrics endpoint. They are set from the status each reconcile computes, never by
+// metrics endpoint. They come from the status each reconcile computes, never from
 // polling pods. Labels are bounded: namespace and name of the AIInference, plus a
-// phase (5 values) or a reason (the words of api/v1/conditions.go and the loader's
+// phase (6 values) or a reason (the words of api/v1/conditions.go and the loader's
 // reasons); never a pod name. An object's series are removed when it is deleted.
 // docs/metrics.md lists them.
+//
+// Each object's figures are kept in one small struct (objectMemory) and turned
+// into series only when Prometheus scrapes (objectCollector), as kube-state-metrics
+// does: a client_golang vector child per series cost about 9 KB per object, most
+// of the operator's memory per object at 1,000 objects.
 var (
-	phaseGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "aiinference_phase",
-		Help: "1 for the AIInference's current phase (Pending, Loading, Ready, Degraded, Failed, Canary), 0 for the others.",
-	}, []string{"namespace", "name", "phase"})
-	phaseSinceGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "aiinference_phase_transition_timestamp_seconds",
-		Help: "Unix time at which the AIInference entered its current phase.",
-	}, []string{"namespace", "name"})
-	readyReasonGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "aiinference_ready_reason",
-		Help: "1 for the reason of the AIInference's Ready condition (one series per object).",
-	}, []string{"namespace", "name", "reason"})
-	desiredGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "aiinference_replicas_desired",
-		Help: "Replicas the AIInference's spec asks for.",
-	}, []string{"namespace", "name"})
-	readyGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "aiinference_replicas_ready",
-		Help: "Ready replicas of the AIInference, of the current spec or an earlier one (they serve traffic).",
-	}, []string{"namespace", "name"})
-	updatedGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "aiinference_replicas_updated",
-		Help: "Replicas of the AIInference that run its current spec.",
-	}, []string{"namespace", "name"})
-	loadingTimeoutGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "aiinference_loading_timeout_seconds",
-		Help: "The AIInference's loading.timeout: the bound on each stage of a load attempt.",
-	}, []string{"namespace", "name"})
-	loadDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "aiinference_model_load_duration_seconds",
-		Help:    "Duration of completed model loads, from the loader's report (status.lastLoad).",
-		Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200},
-	}, []string{"namespace", "name"})
-	loadBytesGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "aiinference_model_load_bytes",
-		Help: "Size of the model in the last completed load (status.lastLoad.bytes).",
-	}, []string{"namespace", "name"})
-	loadFetchedGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "aiinference_model_load_fetched_bytes",
-		Help: "Bytes the last completed load downloaded (0 on a cache hit).",
-	}, []string{"namespace", "name"})
-	loadThroughputGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "aiinference_model_load_throughput_bytes_per_second",
-		Help: "Throughput of the last completed load: bytes downloaded over its duration.",
-	}, []string{"namespace", "name"})
-	timeToReady = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "aiinference_time_to_ready_seconds",
-		Help:    "Time from a spec change (or creation) to Ready for that spec.",
-		Buckets: []float64{5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400},
-	}, []string{"namespace", "name"})
-	loadRetriesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "aiinference_load_retries_total",
-		Help: "Failed model loads counted against loading.maxRetries (increases of status.loadRetries).",
-	}, []string{"namespace", "name"})
-	failuresTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "aiinference_failures_total",
-		Help: "Failures by reason: each time Ready enters a reason that needs a person (the Warning events), and each failed load by the loader's reason.",
-	}, []string{"namespace", "name", "reason"})
-	// canaryRollbacksTotal counts rollbacks, by analysis, failed loads or by
-	// hand; the alert AIInferenceCanaryRolledBack watches it.
-	canaryRollbacksTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "aiinference_canary_rollbacks_total",
-		Help: "Canary rollouts of the AIInference rolled back (a failed analysis, the canary's loads stopped, or aborted by hand).",
-	}, []string{"namespace", "name"})
-	// rolloutDecisions counts the decisions of canary rollouts; decision is one of
-	// the words of status.rollout.history (13 values).
-	rolloutDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "aiinference_rollout_decisions_total",
-		Help: "Decisions of the AIInference's canary rollouts (CanaryStarted, StepStarted, AnalysisPassed, Promoted, RolledBack, ...).",
-	}, []string{"namespace", "name", "decision"})
+	objectLabels = []string{"namespace", "name"}
 
-	objectVecs = []interface {
-		DeletePartialMatch(prometheus.Labels) int
-	}{
-		phaseGauge, phaseSinceGauge, readyReasonGauge, desiredGauge, readyGauge, updatedGauge, loadingTimeoutGauge,
-		loadDuration, loadBytesGauge, loadFetchedGauge, loadThroughputGauge, timeToReady, loadRetriesTotal, failuresTotal,
-		canaryRollbacksTotal, rolloutDecisions,
-	}
+	phaseDesc = prometheus.NewDesc("aiinference_phase",
+		"1 for the AIInference's current phase (Pending, Loading, Ready, Degraded, Failed, Canary), 0 for the others.",
+		append(objectLabels, "phase"), nil)
+	phaseSinceDesc = prometheus.NewDesc("aiinference_phase_transition_timestamp_seconds",
+		"Unix time at which the AIInference entered its current phase.", objectLabels, nil)
+	readyReasonDesc = prometheus.NewDesc("aiinference_ready_reason",
+		"1 for the reason of the AIInference's Ready condition (one series per object).", append(objectLabels, "reason"), nil)
+	desiredDesc = prometheus.NewDesc("aiinference_replicas_desired",
+		"Replicas the AIInference's spec asks for.", objectLabels, nil)
+	readyDesc = prometheus.NewDesc("aiinference_replicas_ready",
+		"Ready replicas of the AIInference, of the current spec or an earlier one (they serve traffic).", objectLabels, nil)
+	updatedDesc = prometheus.NewDesc("aiinference_replicas_updated",
+		"Replicas of the AIInference that run its current spec.", objectLabels, nil)
+	loadingTimeoutDesc = prometheus.NewDesc("aiinference_loading_timeout_seconds",
+		"The AIInference's loading.timeout: the bound on each stage of a load attempt.", objectLabels, nil)
+	loadDurationDesc = prometheus.NewDesc("aiinference_model_load_duration_seconds",
+		"Duration of completed model loads, from the loader's report (status.lastLoad).", objectLabels, nil)
+	loadBytesDesc = prometheus.NewDesc("aiinference_model_load_bytes",
+		"Size of the model in the last completed load (status.lastLoad.bytes).", objectLabels, nil)
+	loadFetchedDesc = prometheus.NewDesc("aiinference_model_load_fetched_bytes",
+		"Bytes the last completed load downloaded (0 on a cache hit).", objectLabels, nil)
+	loadThroughputDesc = prometheus.NewDesc("aiinference_model_load_throughput_bytes_per_second",
+		"Throughput of the last completed load: bytes downloaded over its duration.", objectLabels, nil)
+	timeToReadyDesc = prometheus.NewDesc("aiinference_time_to_ready_seconds",
+		"Time from a spec change (or creation) to Ready for that spec.", objectLabels, nil)
+	loadRetriesDesc = prometheus.NewDesc("aiinference_load_retries_total",
+		"Failed model loads counted against loading.maxRetries (increases of status.loadRetries).", objectLabels, nil)
+	failuresDesc = prometheus.NewDesc("aiinference_failures_total",
+		"Failures by reason: each time Ready enters a reason that needs a person (the Warning events), and each failed load by the loader's reason.",
+		append(objectLabels, "reason"), nil)
+	// canaryRollbacksDesc counts rollbacks, by analysis, failed loads or by hand;
+	// the alert AIInferenceCanaryRolledBack watches it.
+	canaryRollbacksDesc = prometheus.NewDesc("aiinference_canary_rollbacks_total",
+		"Canary rollouts of the AIInference rolled back (a failed analysis, the canary's loads stopped, or aborted by hand).", objectLabels, nil)
+	// rolloutDecisionsDesc counts the decisions of canary rollouts; decision is one
+	// of the words of status.rollout.history (13 values).
+	rolloutDecisionsDesc = prometheus.NewDesc("aiinference_rollout_decisions_total",
+		"Decisions of the AIInference's canary rollouts (CanaryStarted, StepStarted, AnalysisPassed, Promoted, RolledBack, ...).",
+		append(objectLabels, "decision"), nil)
+
+	objectDescs = []*prometheus.Desc{phaseDesc, phaseSinceDesc, readyReasonDesc, desiredDesc, readyDesc, updatedDesc,
+		loadingTimeoutDesc, loadDurationDesc, loadBytesDesc, loadFetchedDesc, loadThroughputDesc, timeToReadyDesc,
+		loadRetriesDesc, failuresDesc, canaryRollbacksDesc, rolloutDecisionsDesc}
+
+	loadDurationBuckets = bucketBounds{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200}
+	timeToReadyBuckets  = bucketBounds{5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400}
 )
-
-// collectors are the operator's own metrics.
-var collectors = []prometheus.Collector{phaseGauge, phaseSinceGauge, readyReasonGauge, desiredGauge, readyGauge, updatedGauge,
-	loadingTimeoutGauge, loadDuration, loadBytesGauge, loadFetchedGauge, loadThroughputGauge, timeToReady,
-	loadRetriesTotal, failuresTotal, canaryRollbacksTotal, rolloutDecisions}
-
-func init() {
-	ctrlmetrics.Registry.MustRegister(collectors...)
-}
 
 var phases = []servingv1.Phase{servingv1.PhasePending, servingv1.PhaseLoading, servingv1.PhaseReady, servingv1.PhaseDegraded, servingv1.PhaseFailed, servingv1.PhaseCanary}
 
-// statusMetrics turns status changes into metrics. It remembers, per object, when
-// its phase last changed and when it first saw each generation, which status
-// does not hold.
+var metricsState = &statusMetrics{objects: map[types.NamespacedName]*objectMemory{}}
+
+func init() {
+	ctrlmetrics.Registry.MustRegister(objectCollector{metricsState})
+}
+
+// statusMetrics turns status changes into metrics. Besides the figures status
+// holds, it remembers per object when its phase last changed and when it first
+// saw each generation, which status does not hold, and what it has counted.
 type statusMetrics struct {
 	mu      sync.Mutex
 	objects map[types.NamespacedName]*objectMemory
@@ -132,16 +105,28 @@ type objectMemory struct {
 	// one the previous pass wrote, and must not count the same change twice.
 	loadRetries int32
 	readyReason string
-	lastLoad    *servingv1.LoadReport
+	lastLoad    loadFigures
+	hasLoad     bool
+
+	desired, ready, updated int32
+	loadingTimeout          time.Duration
+
+	loadRetriesTotal, canaryRollbacksTotal float64
+	failuresTotal, decisionsTotal          map[string]float64 // by reason, by decision; nil until counted
+	loadDuration, timeToReady              *histogram         // nil until observed
 }
 
-var metricsState = &statusMetrics{objects: map[types.NamespacedName]*objectMemory{}}
+// loadFigures is what the metrics take of status.lastLoad.
+type loadFigures struct {
+	pod            string
+	duration       time.Duration
+	bytes, fetched int64
+}
 
 // record sets obj's metrics from the status this pass computed; before is the
 // status the pass started from.
 func (m *statusMetrics) record(obj *servingv1.AIInference, before, after *servingv1.AIInferenceStatus, now time.Time) {
 	key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
-	ns, name := obj.Namespace, obj.Name
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	mem := m.objects[key]
@@ -156,7 +141,10 @@ func (m *statusMetrics) record(obj *servingv1.AIInference, before, after *servin
 		}
 		// A spec already Ready before this pass was counted by an earlier run.
 		mem.readyCounted = isReadyFor(before, obj.Generation)
-		mem.loadRetries, mem.lastLoad = before.LoadRetries, before.LastLoad
+		mem.loadRetries = before.LoadRetries
+		if l := before.LastLoad; l != nil {
+			mem.lastLoad, mem.hasLoad = figuresOf(l), true
+		}
 		if c := meta.FindStatusCondition(before.Conditions, servingv1.ConditionReady); c != nil {
 			mem.readyReason = c.Reason
 		}
@@ -171,57 +159,63 @@ func (m *statusMetrics) record(obj *servingv1.AIInference, before, after *servin
 	if !mem.readyCounted && isReadyFor(after, obj.Generation) {
 		mem.readyCounted = true
 		if !mem.genSince.IsZero() {
-			timeToReady.WithLabelValues(ns, name).Observe(now.Sub(mem.genSince).Seconds())
+			mem.timeToReady = mem.timeToReady.observe(&timeToReadyBuckets, now.Sub(mem.genSince).Seconds())
 		}
 	}
-
-	for _, p := range phases {
-		v := 0.0
-		if p == after.Phase {
-			v = 1
+	if c := meta.FindStatusCondition(after.Conditions, servingv1.ConditionReady); c != nil && mem.readyReason != c.Reason {
+		if warningReasons[c.Reason] && mem.readyReason != "" {
+			mem.failuresTotal = add(mem.failuresTotal, c.Reason, 1)
 		}
-		phaseGauge.WithLabelValues(ns, name, string(p)).Set(v)
+		mem.readyReason = c.Reason
 	}
-	phaseSinceGauge.WithLabelValues(ns, name).Set(float64(mem.phaseSince.Unix()))
-	if c := meta.FindStatusCondition(after.Conditions, servingv1.ConditionReady); c != nil {
-		if mem.readyReason != c.Reason {
-			readyReasonGauge.DeletePartialMatch(prometheus.Labels{"namespace": ns, "name": name})
-			if warningReasons[c.Reason] && mem.readyReason != "" {
-				failuresTotal.WithLabelValues(ns, name, c.Reason).Inc()
-			}
-			mem.readyReason = c.Reason
-		}
-		readyReasonGauge.WithLabelValues(ns, name, c.Reason).Set(1)
-	}
-	desiredGauge.WithLabelValues(ns, name).Set(float64(replicas(obj)))
-	readyGauge.WithLabelValues(ns, name).Set(float64(after.ReadyReplicas))
-	updatedGauge.WithLabelValues(ns, name).Set(float64(after.UpdatedReplicas))
-	loadingTimeoutGauge.WithLabelValues(ns, name).Set(loadTimeout(obj).Seconds())
+	mem.desired, mem.ready, mem.updated = replicas(obj), after.ReadyReplicas, after.UpdatedReplicas
+	mem.loadingTimeout = loadTimeout(obj)
 
 	n := after.LoadRetries - mem.loadRetries
 	mem.loadRetries = after.LoadRetries // a new spec or a retry request starts again from 0
 	if n > 0 {
-		loadRetriesTotal.WithLabelValues(ns, name).Add(float64(n))
+		mem.loadRetriesTotal += float64(n)
 		if f := after.LastFailure; f != nil {
-			failuresTotal.WithLabelValues(ns, name, f.Reason).Add(float64(n))
+			mem.failuresTotal = add(mem.failuresTotal, f.Reason, float64(n))
 		}
 	}
 	if l := after.LastLoad; l != nil {
-		loadBytesGauge.WithLabelValues(ns, name).Set(float64(l.Bytes))
-		loadFetchedGauge.WithLabelValues(ns, name).Set(float64(l.BytesFetched))
-		if s := l.Duration.Seconds(); s > 0 {
-			loadThroughputGauge.WithLabelValues(ns, name).Set(float64(l.BytesFetched) / s)
+		load := figuresOf(l)
+		if !mem.hasLoad || load.pod != mem.lastLoad.pod || load.duration != mem.lastLoad.duration || load.bytes != mem.lastLoad.bytes {
+			mem.loadDuration = mem.loadDuration.observe(&loadDurationBuckets, l.Duration.Seconds())
 		}
-		if newLoad(mem.lastLoad, l) {
-			loadDuration.WithLabelValues(ns, name).Observe(l.Duration.Seconds())
-			mem.lastLoad = l.DeepCopy()
+		mem.lastLoad, mem.hasLoad = load, true
+	}
+}
+
+// countDecisions counts the rollout decisions a pass took, after record has seen
+// the object.
+func (m *statusMetrics) countDecisions(key types.NamespacedName, decisions []servingv1.RolloutDecision) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mem := m.objects[key]
+	if mem == nil {
+		return
+	}
+	for _, d := range decisions {
+		mem.decisionsTotal = add(mem.decisionsTotal, d.Decision, 1)
+		if d.Decision == decisionRolledBack || d.Decision == decisionAborted {
+			mem.canaryRollbacksTotal++
 		}
 	}
 }
 
-// newLoad is true when the status holds a load report it did not hold before.
-func newLoad(before, after *servingv1.LoadReport) bool {
-	return before == nil || before.Pod != after.Pod || before.Duration != after.Duration || before.Bytes != after.Bytes
+func figuresOf(l *servingv1.LoadReport) loadFigures {
+	return loadFigures{pod: l.Pod, duration: l.Duration.Duration, bytes: l.Bytes, fetched: l.BytesFetched}
+}
+
+// add adds v to counts[key], making the map on first use.
+func add(counts map[string]float64, key string, v float64) map[string]float64 {
+	if counts == nil {
+		counts = map[string]float64{}
+	}
+	counts[key] += v
+	return counts
 }
 
 // isReadyFor is true when status says the given generation is Ready.
@@ -230,26 +224,139 @@ func isReadyFor(st *servingv1.AIInferenceStatus, generation int64) bool {
 	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == generation
 }
 
-// forget removes a deleted object's series and memory.
+// forget removes a deleted object's series.
 func (m *statusMetrics) forget(key types.NamespacedName) {
 	m.mu.Lock()
 	delete(m.objects, key)
 	m.mu.Unlock()
-	for _, v := range objectVecs {
-		v.DeletePartialMatch(prometheus.Labels{"namespace": key.Namespace, "name": key.Name})
+}
+
+// snapshot copies every object's figures, so that a scrape holds the lock only
+// for the copy.
+func (m *statusMetrics) snapshot() map[types.NamespacedName]objectMemory {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[types.NamespacedName]objectMemory, len(m.objects))
+	for key, mem := range m.objects {
+		c := *mem
+		c.failuresTotal, c.decisionsTotal = maps.Clone(mem.failuresTotal), maps.Clone(mem.decisionsTotal)
+		if mem.loadDuration != nil {
+			h := *mem.loadDuration
+			c.loadDuration = &h
+		}
+		if mem.timeToReady != nil {
+			h := *mem.timeToReady
+			c.timeToReady = &h
+		}
+		out[key] = c
 	}
+	return out
+}
+
+// objectCollector turns statusMetrics into series at scrape time.
+type objectCollector struct{ m *statusMetrics }
+
+func (c objectCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range objectDescs {
+		ch <- d
+	}
+}
+
+func (c objectCollector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(desc *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, v, labels...)
+	}
+	for key, mem := range c.m.snapshot() {
+		ns, name := key.Namespace, key.Name
+		for _, p := range phases {
+			v := 0.0
+			if p == mem.phase {
+				v = 1
+			}
+			gauge(phaseDesc, v, ns, name, string(p))
+		}
+		gauge(phaseSinceDesc, float64(mem.phaseSince.Unix()), ns, name)
+		if mem.readyReason != "" {
+			gauge(readyReasonDesc, 1, ns, name, mem.readyReason)
+		}
+		gauge(desiredDesc, float64(mem.desired), ns, name)
+		gauge(readyDesc, float64(mem.ready), ns, name)
+		gauge(updatedDesc, float64(mem.updated), ns, name)
+		gauge(loadingTimeoutDesc, mem.loadingTimeout.Seconds(), ns, name)
+		if mem.hasLoad {
+			gauge(loadBytesDesc, float64(mem.lastLoad.bytes), ns, name)
+			gauge(loadFetchedDesc, float64(mem.lastLoad.fetched), ns, name)
+			if s := mem.lastLoad.duration.Seconds(); s > 0 {
+				gauge(loadThroughputDesc, float64(mem.lastLoad.fetched)/s, ns, name)
+			}
+		}
+		if mem.loadDuration != nil {
+			ch <- mem.loadDuration.metric(loadDurationDesc, &loadDurationBuckets, ns, name)
+		}
+		if mem.timeToReady != nil {
+			ch <- mem.timeToReady.metric(timeToReadyDesc, &timeToReadyBuckets, ns, name)
+		}
+		if mem.loadRetriesTotal > 0 {
+			counter(loadRetriesDesc, mem.loadRetriesTotal, ns, name)
+		}
+		for reason, v := range mem.failuresTotal {
+			counter(failuresDesc, v, ns, name, reason)
+		}
+		if mem.canaryRollbacksTotal > 0 {
+			counter(canaryRollbacksDesc, mem.canaryRollbacksTotal, ns, name)
+		}
+		for decision, v := range mem.decisionsTotal {
+			counter(rolloutDecisionsDesc, v, ns, name, decision)
+		}
+	}
+}
+
+// bucketBounds are a histogram's upper bounds; +Inf is implied.
+type bucketBounds [12]float64
+
+// histogram is one object's histogram: a few observations in its life, so a count
+// per bucket rather than client_golang's histogram (about 1 KB each).
+type histogram struct {
+	counts [len(bucketBounds{})]uint32 // observations per bucket, not cumulative
+	count  uint64
+	sum    float64
+}
+
+// observe adds v to h, making h on first use.
+func (h *histogram) observe(bounds *bucketBounds, v float64) *histogram {
+	if h == nil {
+		h = &histogram{}
+	}
+	for i, upper := range bounds {
+		if v <= upper {
+			h.counts[i]++
+			break
+		}
+	}
+	h.count++
+	h.sum += v
+	return h
+}
+
+// metric is h as a Prometheus histogram with cumulative buckets.
+func (h *histogram) metric(desc *prometheus.Desc, bounds *bucketBounds, labels ...string) prometheus.Metric {
+	cumulative := make(map[float64]uint64, len(bounds))
+	var n uint64
+	for i, upper := range bounds {
+		n += uint64(h.counts[i])
+		cumulative[upper] = n
+	}
+	return prometheus.MustNewConstHistogram(desc, h.count, h.sum, cumulative, labels...)
 }
 
 // MetricNames are the names of the operator's own metrics (histograms without
 // their _bucket, _sum and _count series).
 func MetricNames() []string {
-	ch := make(chan *prometheus.Desc, 64)
-	for _, c := range collectors {
-		c.Describe(ch)
-	}
-	close(ch)
 	var names []string
-	for d := range ch {
+	for _, d := range objectDescs {
 		if m := fqName.FindStringSubmatch(d.String()); m != nil {
 			names = append(names, m[1])
 		}

@@ -3,17 +3,17 @@ package aiinference
 import (
 	"bytes"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	projtestutil "github.com/aiinference/operator/internal/testutil"
@@ -52,20 +52,23 @@ func TestStatusMetrics(t *testing.T) {
 	m.record(obj, &loading, &ready, now)
 	m.record(obj, &ready, &ready, now.Add(time.Minute)) // an unchanged pass counts nothing again
 
-	labels := []string{"metrics-ns", "llm"}
-	g.Expect(testutil.ToFloat64(phaseGauge.WithLabelValues("metrics-ns", "llm", "Ready"))).To(Equal(1.0))
-	g.Expect(testutil.ToFloat64(phaseGauge.WithLabelValues("metrics-ns", "llm", "Loading"))).To(Equal(0.0))
-	g.Expect(testutil.ToFloat64(phaseSinceGauge.WithLabelValues(labels...))).To(Equal(float64(now.Unix())))
-	g.Expect(testutil.ToFloat64(readyGauge.WithLabelValues(labels...))).To(Equal(2.0))
-	g.Expect(testutil.ToFloat64(desiredGauge.WithLabelValues(labels...))).To(Equal(2.0))
-	g.Expect(testutil.ToFloat64(loadRetriesTotal.WithLabelValues(labels...))).To(Equal(1.0))
-	g.Expect(testutil.ToFloat64(failuresTotal.WithLabelValues("metrics-ns", "llm", "TransientError"))).To(Equal(1.0))
-	g.Expect(testutil.ToFloat64(failuresTotal.WithLabelValues("metrics-ns", "llm", servingv1.ReasonRetryingLoad))).To(Equal(1.0))
-	g.Expect(testutil.ToFloat64(loadThroughputGauge.WithLabelValues(labels...))).To(Equal(1e8))
-	g.Expect(testutil.ToFloat64(readyReasonGauge.WithLabelValues("metrics-ns", "llm", "Ready"))).To(Equal(1.0))
-	g.Expect(testutil.CollectAndCount(readyReasonGauge)).To(Equal(1), "one reason series per object")
+	text := scrape(t, m, "aiinference_")
+	for _, series := range []string{
+		`aiinference_phase{name="llm",namespace="metrics-ns",phase="Ready"} 1`,
+		`aiinference_phase{name="llm",namespace="metrics-ns",phase="Loading"} 0`,
+		`aiinference_phase_transition_timestamp_seconds{name="llm",namespace="metrics-ns"} ` + strconv.FormatFloat(float64(now.Unix()), 'g', -1, 64),
+		`aiinference_replicas_ready{name="llm",namespace="metrics-ns"} 2`,
+		`aiinference_replicas_desired{name="llm",namespace="metrics-ns"} 2`,
+		`aiinference_load_retries_total{name="llm",namespace="metrics-ns"} 1`,
+		`aiinference_failures_total{name="llm",namespace="metrics-ns",reason="TransientError"} 1`,
+		`aiinference_failures_total{name="llm",namespace="metrics-ns",reason="RetryingLoad"} 1`,
+		`aiinference_model_load_throughput_bytes_per_second{name="llm",namespace="metrics-ns"} 1e+08`,
+		`aiinference_ready_reason{name="llm",namespace="metrics-ns",reason="Ready"} 1`,
+	} {
+		g.Expect(text).To(ContainSubstring(series + "\n"))
+	}
+	g.Expect(strings.Count(text, `aiinference_ready_reason{name="llm"`)).To(Equal(1), "one reason series per object")
 
-	text := scrape(t, "aiinference_")
 	t.Logf("the operator's own series in one scrape:\n%s", text)
 	g.Expect(text).To(ContainSubstring(`aiinference_model_load_duration_seconds_count{name="llm",namespace="metrics-ns"} 1`))
 	g.Expect(text).To(ContainSubstring(`aiinference_model_load_duration_seconds_sum{name="llm",namespace="metrics-ns"} 40`))
@@ -80,16 +83,18 @@ func TestStatusMetrics(t *testing.T) {
 	ready2 := *ready.DeepCopy()
 	ready2.Conditions = []metav1.Condition{readyCond(metav1.ConditionTrue, servingv1.ReasonReady, 2, now.Add(3*time.Minute))}
 	m.record(obj, &rolling, &ready2, now.Add(3*time.Minute))
-	g.Expect(scrape(t, "aiinference_time_to_ready")).To(ContainSubstring(`aiinference_time_to_ready_seconds_sum{name="llm",namespace="metrics-ns"} 300`))
+	g.Expect(scrape(t, m, "aiinference_time_to_ready")).To(ContainSubstring(`aiinference_time_to_ready_seconds_sum{name="llm",namespace="metrics-ns"} 300`))
 
 	m.forget(types.NamespacedName{Namespace: "metrics-ns", Name: "llm"})
-	g.Expect(scrape(t, "aiinference_")).NotTo(ContainSubstring(`namespace="metrics-ns"`), "a deleted object's series are gone")
+	g.Expect(scrape(t, m, "aiinference_")).NotTo(ContainSubstring(`namespace="metrics-ns"`), "a deleted object's series are gone")
 }
 
-// scrape is the text exposition of the registry's families whose name starts with prefix.
-func scrape(t *testing.T, prefix string) string {
+// scrape is the text exposition of m's families whose name starts with prefix.
+func scrape(t *testing.T, m *statusMetrics, prefix string) string {
 	t.Helper()
-	families, err := ctrlmetrics.Registry.Gather()
+	registry := prometheus.NewPedanticRegistry()
+	registry.MustRegister(objectCollector{m})
+	families, err := registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,10 +123,10 @@ func TestMetricNamesPassPromtool(t *testing.T) {
 		LastLoad:   &servingv1.LoadReport{Bytes: 1, BytesFetched: 1, Duration: metav1.Duration{Duration: time.Second}},
 		Conditions: []metav1.Condition{readyCond(metav1.ConditionTrue, servingv1.ReasonReady, 1, now)}}
 	m.record(obj, &servingv1.AIInferenceStatus{Conditions: []metav1.Condition{readyCond(metav1.ConditionFalse, servingv1.ReasonLoadFailed, 1, now)}}, &st, now)
-	canaryRollbacksTotal.WithLabelValues("lint-ns", "llm").Inc()
+	m.countDecisions(types.NamespacedName{Namespace: "lint-ns", Name: "llm"}, []servingv1.RolloutDecision{{Decision: decisionRolledBack}})
 	defer m.forget(types.NamespacedName{Namespace: "lint-ns", Name: "llm"})
 
-	text := scrape(t, "aiinference_")
+	text := scrape(t, m, "aiinference_")
 	t.Logf("the operator's own series in one scrape:\n%s", text)
 	for _, name := range []string{"aiinference_phase", "aiinference_model_load_duration_seconds_bucket", "aiinference_time_to_ready_seconds_bucket",
 		"aiinference_failures_total", "aiinference_load_retries_total", "aiinference_canary_rollbacks_total", "aiinference_model_load_throughput_bytes_per_second"} {
