@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/aiinference/operator/internal/loadspec"
 )
@@ -59,9 +60,11 @@ func FailureOf(err error) *loadspec.Failure {
 		return nil
 	}
 	code := ExitCode(err)
+	reason := reasonOf(err)
 	return &loadspec.Failure{
-		Reason:    reasonOf(err),
-		Message:   err.Error(),
+		Reason: reason,
+		// The reason is a field of its own; readers print "reason: message".
+		Message:   strings.TrimPrefix(err.Error(), reason+": "),
 		Retryable: loadspec.IsRetryableExit(int32(code)),
 	}
 }

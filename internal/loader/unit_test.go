@@ -131,6 +131,9 @@ func TestExitCodes(t *testing.T) {
 		if f := FailureOf(tc.err); tc.err != nil && f.Retryable != loadspec.IsRetryableExit(int32(tc.code)) {
 			t.Errorf("FailureOf(%v).Retryable = %v, disagrees with the exit code", tc.err, f.Retryable)
 		}
+		if f := FailureOf(tc.err); f != nil && strings.HasPrefix(f.Message, f.Reason) {
+			t.Errorf("FailureOf(%v).Message = %q repeats the reason, which readers print before it", tc.err, f.Message)
+		}
 	}
 }
 

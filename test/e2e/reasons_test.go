@@ -384,7 +384,7 @@ func reasonCases() []reasonCase {
 			setup:    loaderFails(permanent(loadspec.ReasonNotFound, "", "no objects under s3://models/model-not-found/")),
 			failedAt: seen(func(obj client.Object) bool { return loaderExited(obj, loadspec.ExitNotFound) }),
 			reason:   servingv1.ReasonLoadFailed, phase: servingv1.PhaseFailed, stalled: true,
-			message:     []string{"Loads stopped: a load failed permanently", "(SourceNotFound): SourceNotFound: no objects under s3://models/model-not-found/", "check model.source"},
+			message:     []string{"Loads stopped: a load failed permanently", "(SourceNotFound): no objects under s3://models/model-not-found/", "check model.source"},
 			lastFailure: loadspec.ReasonNotFound,
 			fix:         fixSpec(func(o *servingv1.AIInference) { o.Spec.Model.Source.S3.Prefix = "fixed/" }),
 			fixText:     "fix spec.model.source",

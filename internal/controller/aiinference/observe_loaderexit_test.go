@@ -22,8 +22,8 @@ func TestLoaderFailureWithoutReport(t *testing.T) {
 		{"the loader's own words", corev1.ContainerStateTerminated{ExitCode: 10, Reason: "Error", Message: "connection reset by peer"},
 			"TransientError", "connection reset by peer"},
 		{"its report", corev1.ContainerStateTerminated{ExitCode: 21, Reason: "Error",
-			Message: `{"failure":{"reason":"SourceNotFound","message":"SourceNotFound: no objects under s3://models/x/","retryable":false}}`},
-			"SourceNotFound", "SourceNotFound: no objects under s3://models/x/"},
+			Message: `{"failure":{"reason":"SourceNotFound","message":"no objects under s3://models/x/","retryable":false}}`},
+			"SourceNotFound", "no objects under s3://models/x/"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got := loaderFailure(&tt.term)
