@@ -53,7 +53,8 @@ type fileTask struct {
 
 // prepare decides what to do about one listed object: nothing (already in place and
 // vouched for by the journal or an earlier marker), or a task with the parts still
-// missing.
+// missing. A new task goes into the journal once download has settled its part
+// size (see shrinkTail).
 func (l *run) prepare(obj *Object, st *fileState, old *marker) (*fileTask, error) {
 	final := filepath.Join(l.dest, filepath.FromSlash(obj.Path))
 	tmp := filepath.Join(l.work, "data", filepath.FromSlash(obj.Path))
@@ -81,14 +82,14 @@ func (l *run) prepare(obj *Object, st *fileState, old *marker) (*fileTask, error
 	}
 
 	t := &fileTask{obj: obj, check: check, tmp: tmp, final: final}
-	t.partSize = l.opts.PartSizeBytes
+	partSize := l.opts.PartSizeBytes
 	byUploadPart := check.kind == kindUploadParts
 	if byUploadPart {
-		t.partSize = alignedPartSize(t.partSize, obj.UploadPartSize)
+		partSize = alignedPartSize(partSize, obj.UploadPartSize)
 		t.uploadSums = make([][]byte, obj.UploadParts)
 	}
 	if obj.NoRanges {
-		t.partSize = obj.Size
+		partSize = obj.Size
 	}
 	resume := same && !st.Done && st.Check == check.name && st.PartSize > 0 && len(st.Parts) > 0 &&
 		(!byUploadPart || st.PartSize%obj.UploadPartSize == 0) &&
@@ -99,14 +100,9 @@ func (l *run) prepare(obj *Object, st *fileState, old *marker) (*fileTask, error
 		}
 	}
 	if resume {
-		t.partSize = st.PartSize
+		partSize = st.PartSize
 	}
-	t.parts = planParts(obj.Size, t.partSize)
-	t.done = make([]bool, len(t.parts))
-	if check.kind == kindCRC {
-		t.partCRCs = make([][]byte, len(t.parts))
-	}
-	t.remaining = len(t.parts)
+	t.setParts(partSize)
 	if resume {
 		for i, sums := range st.Parts {
 			if i < 0 || i >= len(t.parts) || t.done[i] {
@@ -121,16 +117,33 @@ func (l *run) prepare(obj *Object, st *fileState, old *marker) (*fileTask, error
 			l.present.Add(t.parts[i].Len)
 		}
 	}
-	if !t.resumed {
-		if err := os.Remove(tmp); err != nil && !isNotExist(err) {
-			return nil, fileErr(obj.Path, err)
-		}
-		if err := l.jrnl.append(t.fileRecord()); err != nil {
-			return nil, err
-		}
+	if t.resumed {
+		t.stream = false // the parts kept were not hashed as they streamed
+	} else if err := os.Remove(tmp); err != nil && !isNotExist(err) {
+		return nil, fileErr(obj.Path, err)
 	}
-	t.stream = check.kind == kindWhole && len(t.parts) == 1 && !t.resumed
 	return t, nil
+}
+
+// setParts lays the file out in parts of partSize bytes, none of them in yet.
+func (t *fileTask) setParts(partSize int64) {
+	t.partSize = partSize
+	t.parts = planParts(t.obj.Size, partSize)
+	t.done = make([]bool, len(t.parts))
+	t.remaining = len(t.parts)
+	t.partCRCs = nil
+	if t.check.kind == kindCRC {
+		t.partCRCs = make([][]byte, len(t.parts))
+	}
+	t.stream = t.check.kind == kindWhole && len(t.parts) == 1
+}
+
+// partSizeIsFree tells whether the file may be laid out in parts of any size: its
+// check does not follow the upload parts, the source serves it in ranges, and no
+// part of it is kept from an earlier run (the journal's parts are in the part
+// size the file was started with).
+func (t *fileTask) partSizeIsFree() bool {
+	return t.check.kind != kindUploadParts && !t.obj.NoRanges && !t.resumed
 }
 
 // fileRecord starts the file in the journal: the part records after it hold
@@ -523,6 +536,7 @@ func (l *run) restart(ctx context.Context, t *fileTask) error {
 	}
 	l.present.Add(-t.obj.Size)
 	t.restarted, t.resumed = true, false
+	// In place, not with setParts: the hasher being replaced may still read t.parts.
 	for i := range t.done {
 		t.done[i] = false
 	}

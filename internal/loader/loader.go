@@ -248,21 +248,29 @@ func (l *run) download(ctx context.Context, old *marker) error {
 	}
 
 	var tasks []*fileTask
-	totalParts := 0
 	for i := range l.objs {
 		t, err := l.prepare(&l.objs[i], states[l.objs[i].Path], old)
 		if err != nil {
 			return err
 		}
-		if t == nil {
-			continue
+		if t != nil {
+			tasks = append(tasks, t)
 		}
-		tasks = append(tasks, t)
+	}
+	shrunk := shrinkTail(tasks, l.opts.Concurrency, l.opts.PartSizeBytes)
+	totalParts := 0
+	for _, t := range tasks {
+		if !t.resumed {
+			if err := l.jrnl.append(t.fileRecord()); err != nil {
+				return err
+			}
+		}
 		totalParts += len(t.parts)
 	}
 	kept := l.present.Load()
 	l.log.Info("Starting download", "files", len(tasks), "bytesToFetch", l.total-kept,
-		"bytesAlreadyPresent", kept, "concurrency", l.opts.Concurrency, "partSizeBytes", l.opts.PartSizeBytes)
+		"bytesAlreadyPresent", kept, "concurrency", l.opts.Concurrency, "partSizeBytes", l.opts.PartSizeBytes,
+		"filesInTailParts", shrunk, "tailPartSizeBytes", tailPartSize(l.opts.PartSizeBytes))
 
 	stopProgress := l.startProgress(ctx)
 	defer stopProgress()
@@ -281,7 +289,8 @@ func (l *run) download(ctx context.Context, old *marker) error {
 			closeOnce.Do(func() { close(jobs) })
 		}
 	}
-	var queued [][]job
+	// Ordered before any file is finalized: finalize may queue a file's parts again.
+	queue := queueOrder(tasks)
 	for _, t := range tasks {
 		t.enqueue = func(j job) { jobs <- j }
 		t.finished = func() {
@@ -298,18 +307,11 @@ func (l *run) download(ctx context.Context, old *marker) error {
 				fileDone()
 			}()
 		}
-		pending := t.pendingParts()
-		if len(pending) == 0 {
+		if t.remaining == 0 {
 			t.finished()
-			continue
 		}
-		fileJobs := make([]job, len(pending))
-		for i, p := range pending {
-			fileJobs[i] = job{t: t, p: p}
-		}
-		queued = append(queued, fileJobs)
 	}
-	for _, j := range interleave(queued, filesInFlight) {
+	for _, j := range queue {
 		jobs <- j
 	}
 	if len(tasks) == 0 {
@@ -367,6 +369,22 @@ func (l *run) download(ctx context.Context, old *marker) error {
 	}
 	l.log.Info("Model complete", "files", len(l.objs), "bytes", l.total, "checks", l.checks)
 	return nil
+}
+
+// queueOrder is the order in which the workers get the tasks' missing parts: files
+// in order, interleaved (see interleave).
+func queueOrder(tasks []*fileTask) []job {
+	var files [][]job
+	for _, t := range tasks {
+		var fileJobs []job
+		for _, p := range t.pendingParts() {
+			fileJobs = append(fileJobs, job{t: t, p: p})
+		}
+		if len(fileJobs) > 0 {
+			files = append(files, fileJobs)
+		}
+	}
+	return interleave(files, filesInFlight)
 }
 
 // filesInFlight is how many files interleave spreads the parts in flight over.

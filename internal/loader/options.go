@@ -97,7 +97,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, error) {
 	fset.BoolVar(&fv.pathStyle, "path-style", false, "S3 path-style addressing (most S3-compatible stores need it)")
 	fset.StringVar(&fv.manifest, "sha256-manifest", "", "file in the source, in sha256sum format, that every file is checked against; for an http(s) folder source (URL ending in /) it also lists the files")
 	fset.IntVar(&fv.concurrency, "concurrency", 0, fmt.Sprintf("ranged requests in flight across all files (default %d)", DefaultConcurrency))
-	fset.StringVar(&fv.partSize, "part-size", "", fmt.Sprintf("size of one ranged request, e.g. 16Mi, 8MB, 1048576 (default %dMi)", DefaultPartSize>>20))
+	fset.StringVar(&fv.partSize, "part-size", "", fmt.Sprintf("size of one ranged request, e.g. 16Mi, 8MB, 1048576 (default %dMi); the files queued last are fetched in parts of a quarter of it, at least 1Mi", DefaultPartSize>>20))
 	fset.DurationVar(&fv.timeout, "timeout", 0, fmt.Sprintf("bound on the whole load (default %s)", DefaultTimeout))
 	fset.DurationVar(&fv.stallTimeout, "stall-timeout", 0, fmt.Sprintf("a part that receives no byte for this long is cancelled and retried (default %s)", DefaultStallTimeout))
 	fset.DurationVar(&fv.progressInterval, "progress-interval", DefaultProgressInterval, "how often progress is logged")

@@ -39,3 +39,43 @@ func alignedPartSize(want, uploadPart int64) int64 {
 	}
 	return k * uploadPart
 }
+
+// The end of a load. While the queue still holds parts, every worker has one in
+// flight, so by the time a part of partSize bytes is in, about concurrency x
+// partSize bytes have come in all. Once the queue runs dry the parts still in
+// flight end one after another, and the last few come at one connection's rate
+// while the network card idles: through make bench-loader's store-shaped link, 2 s
+// for a 16 MiB part. The files queued last are therefore fetched in smaller parts
+// (see shrinkTail): the full-size parts before them are in by the time the queue
+// runs dry, and what is left in flight then is small.
+const (
+	tailPartDivisor = 4
+	// minTailPartSize keeps a request's first-byte latency (tens of milliseconds
+	// at S3) small next to its transfer.
+	minTailPartSize = 1 << 20
+)
+
+// tailPartSize is the part size of the files queued last: a quarter of partSize,
+// not below minTailPartSize nor above partSize.
+func tailPartSize(partSize int64) int64 {
+	return min(partSize, max(partSize/tailPartDivisor, minTailPartSize))
+}
+
+// shrinkTail lays out in parts of tailPartSize the files with a part among the
+// last concurrency x partSize bytes of the queue whose part size is free (see
+// partSizeIsFree), and returns how many it changed. Files are changed whole: the
+// journal keeps one part size per file.
+func shrinkTail(tasks []*fileTask, concurrency int, partSize int64) int {
+	small := tailPartSize(partSize)
+	queue := queueOrder(tasks)
+	shrunk := 0
+	for i, left := len(queue)-1, int64(concurrency)*partSize; i >= 0 && left > 0; i-- {
+		t := queue[i].t
+		left -= queue[i].p.Len
+		if t.partSize > small && t.partSizeIsFree() {
+			t.setParts(small)
+			shrunk++
+		}
+	}
+	return shrunk
+}

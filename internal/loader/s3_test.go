@@ -373,6 +373,61 @@ func testResumeAfterKill(t *testing.T, wantCheck string, wantChecked int, extra 
 	})
 }
 
+// Through a store-shaped link, the files queued last are fetched in tail parts
+// and verified; a loader killed with some of them part-way, started again with
+// flags that plan other part sizes, keeps theirs and fetches only what is missing.
+func TestTailPartsVerifyAndResume(t *testing.T) {
+	needServer(t)
+	link, err := s3test.NewLink(srv.Endpoint, s3test.LinkShape{Latency: 30 * time.Millisecond, PerConnection: 6 << 20, Aggregate: 10 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer link.Close()
+	dest := filepath.Join(t.TempDir(), "model")
+	// Two requests of 8 MiB: the last 16 MiB of the queue are parts of the three
+	// shards (interleaved) and the tokenizer, queued last, so those are fetched in
+	// 2 MiB parts, and the files queued before them (config.json) in 8 MiB ones.
+	first, second, third := "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"
+	args := append(s3args("s3://models/mp/llama", dest, "--concurrency", "2", "--part-size", "8Mi",
+		"--termination-message-path", filepath.Join(t.TempDir(), "t")), "--endpoint", link.URL())
+	cmd := exec.Command(loaderBin, args...)
+	var log bytes.Buffer
+	cmd.Stderr = &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for journalledBytes(t, dest) < treeBytes/4 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	states := readJournal(filepath.Join(dest, workDirName, "journal"))
+	for name, want := range map[string]int64{first: 2 << 20, second: 2 << 20, third: 2 << 20, "tokenizer.json": 2 << 20, "config.json": 8 << 20} {
+		if st := states[name]; st == nil || st.PartSize != want {
+			t.Errorf("journal of the killed run: %s %+v, want part size %d\n%s", name, st, want, log.String())
+		}
+	}
+	if st := states[second]; st == nil || st.Done || len(st.Parts) == 0 {
+		t.Fatalf("killed run left %s %+v; want some of its parts in, not all\n%s", second, st, log.String())
+	}
+	done := journalledBytes(t, dest)
+
+	// 4 MiB parts now, and 1 MiB ones at the end: the shards started in 2 MiB parts
+	// must keep them for their journalled parts to count.
+	code, s, out := runBinary(t, nil, s3args("s3://models/mp/llama", dest, "--concurrency", "4", "--part-size", "4Mi")...)
+	if code != 0 {
+		t.Fatalf("resumed run exit %d:\n%s", code, out)
+	}
+	if s.BytesFetched != treeBytes-done {
+		t.Errorf("resumed run fetched %d bytes, want only the missing %d (of %d)\n%s", s.BytesFetched, treeBytes-done, treeBytes, out)
+	}
+	if !s.Verified || s.Checks["crc64nvme"] != treeFiles-1 {
+		t.Errorf("summary %+v: want every file verified, %d by crc64nvme", s, treeFiles-1)
+	}
+	assertSameTree(t, dest)
+}
+
 func TestTerminationMessageFigures(t *testing.T) {
 	needServer(t)
 	dest := filepath.Join(t.TempDir(), "model")

@@ -483,3 +483,103 @@ func TestInterleave(t *testing.T) {
 		t.Errorf("order %v, want %s", got, want)
 	}
 }
+
+func TestTailPartSize(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct{ partSize, want int64 }{
+		{64 * mib, 16 * mib},
+		{16 * mib, 4 * mib},
+		{4 * mib, mib},
+		{2 * mib, mib},
+		{512 << 10, 512 << 10},
+	} {
+		if got := tailPartSize(tc.partSize); got != tc.want {
+			t.Errorf("tailPartSize(%d) = %d, want %d", tc.partSize, got, tc.want)
+		}
+	}
+}
+
+// shrinkTail gives tail parts to the files with a part among the last
+// concurrency x part size bytes of the queue (four files interleaved), whatever
+// their names' order, and only when their part size is free.
+func TestShrinkTail(t *testing.T) {
+	const mib = 1 << 20
+	type file struct {
+		name    string
+		size    int64
+		kind    checkKind
+		resumed bool // its first part kept from an earlier run
+		// uploadPart is the upload part size of a file checked by upload parts.
+		uploadPart int64
+		noRanges   bool
+	}
+	for _, tc := range []struct {
+		name        string
+		files       []file
+		concurrency int
+		partSize    int64
+		want        string // the files given tail parts
+	}{
+		{"the parts queued last, not the file named last", []file{
+			{name: "a", size: 128 * mib, kind: kindCRC},
+			{name: "b", size: 1 << 10, kind: kindWhole},
+			{name: "c", size: 32 * mib, kind: kindCRC},
+			{name: "d", size: 2 * mib, kind: kindSize},
+		}, 2, 16 * mib, "a"},
+		{"a window across files: CRCs, read-back hashes and sizes alike", []file{
+			{name: "a", size: 16 * mib, kind: kindCRC},
+			{name: "b", size: 64 * mib, kind: kindCRC},
+			{name: "c", size: 64 * mib, kind: kindWhole},
+			{name: "d", size: 64 * mib, kind: kindSize},
+		}, 4, 16 * mib, "b c d"},
+		{"upload-part checks, unranged and resumed files keep their parts", []file{
+			{name: "a", size: 64 * mib, kind: kindUploadParts, uploadPart: 5 * mib},
+			{name: "b", size: 64 * mib, kind: kindCRC, resumed: true},
+			{name: "c", size: 20 * mib, kind: kindCRC, noRanges: true},
+			{name: "d", size: 64 * mib, kind: kindCRC},
+		}, 64, 16 * mib, "d"},
+		{"a part size at the floor already", []file{
+			{name: "a", size: 64 * mib, kind: kindCRC},
+		}, 64, mib, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var tasks []*fileTask
+			before := map[*fileTask]int64{}
+			for _, f := range tc.files {
+				ft := &fileTask{obj: &Object{Path: f.name, Size: f.size, UploadPartSize: f.uploadPart, NoRanges: f.noRanges},
+					check: check{kind: f.kind}}
+				switch {
+				case f.uploadPart > 0:
+					ft.setParts(alignedPartSize(tc.partSize, f.uploadPart))
+				case f.noRanges:
+					ft.setParts(f.size)
+				default:
+					ft.setParts(tc.partSize)
+				}
+				if f.resumed {
+					ft.done[0], ft.resumed = true, true
+					ft.remaining--
+				}
+				tasks = append(tasks, ft)
+				before[ft] = ft.partSize
+			}
+			shrunk := shrinkTail(tasks, tc.concurrency, tc.partSize)
+			small := tailPartSize(tc.partSize)
+			var got []string
+			for _, ft := range tasks {
+				if ft.partSize != before[ft] {
+					got = append(got, ft.obj.Path)
+					if ft.partSize != small || fmt.Sprint(ft.parts) != fmt.Sprint(planParts(ft.obj.Size, small)) {
+						t.Errorf("%s: part size %d, parts %v; want parts of %d", ft.obj.Path, ft.partSize, ft.parts, small)
+					}
+				}
+				if len(ft.done) != len(ft.parts) || len(ft.partCRCs) != len(ft.parts) && ft.check.kind == kindCRC {
+					t.Errorf("%s: %d parts, %d done flags, %d CRCs", ft.obj.Path, len(ft.parts), len(ft.done), len(ft.partCRCs))
+				}
+			}
+			if strings.Join(got, " ") != tc.want || shrunk != len(got) {
+				t.Errorf("tail parts for %v (%d counted), want %q", got, shrunk, tc.want)
+			}
+		})
+	}
+}
