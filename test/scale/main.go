@@ -7,7 +7,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -48,7 +47,7 @@ import (
 func main() {
 	var sizes string
 	flag.StringVar(&sizes, "n", "100,1000", "object counts to run, comma-separated")
-	flag.StringVar(&profileDir, "heap-profiles", "", "folder to write the operator's heap profiles into (heap-N-ready.pb.gz once every object is Ready, heap-N-steady.pb.gz after the steady state; read them with go tool pprof); empty: none")
+	flag.StringVar(&profileDir, "heap-profiles", "", "folder to write the operator's heap profiles into (heap-N-peak.pb.gz near the peak RSS while the objects become Ready, heap-N-ready.pb.gz once every object is Ready, heap-N-steady.pb.gz after the steady state; read them with go tool pprof); empty: none")
 	flag.Parse()
 	ctrl.SetLogger(logr.Discard()) // the clients' own logs would drown the figures
 	if err := run(sizes); err != nil {
@@ -191,6 +190,7 @@ func runOne(root, bin, work string, n int) (result, error) {
 		return r, err
 	}
 	begin = time.Now()
+	stopPeakProfiles := op.profilePeaks(fmt.Sprintf("heap-%d-peak.pb.gz", n), begin)
 	for _, obj := range objects {
 		if err := k8s.Create(ctx, obj.DeepCopy()); err != nil {
 			return r, err
@@ -201,13 +201,14 @@ func runOne(root, bin, work string, n int) (result, error) {
 	}
 	r.operatorReady = time.Since(begin)
 	fmt.Fprintf(os.Stderr, "Operator: %d objects Ready in %s\n", n, r.operatorReady.Round(10*time.Millisecond))
+	stopPeakProfiles()
 	// The peak RSS so far, read before a heap profile is written: building one
 	// costs memory of its own (at N=100 it took the peak from 68 to 79 MiB).
 	peakBeforeProfiles, _, err := op.usage()
 	if err != nil {
 		return r, err
 	}
-	if err := op.heapProfile(fmt.Sprintf("heap-%d-ready.pb.gz", n)); err != nil {
+	if err := op.heapProfile(fmt.Sprintf("heap-%d-ready.pb.gz", n), true); err != nil {
 		return r, err
 	}
 
@@ -248,7 +249,7 @@ func runOne(root, bin, work string, n int) (result, error) {
 		// The steady state changes nothing; its peak would be the profile's.
 		r.rssPeakKiB = peakBeforeProfiles
 	}
-	if err := op.heapProfile(fmt.Sprintf("heap-%d-steady.pb.gz", n)); err != nil {
+	if err := op.heapProfile(fmt.Sprintf("heap-%d-steady.pb.gz", n), true); err != nil {
 		return r, err
 	}
 
@@ -431,13 +432,72 @@ func (o *operator) scrape() (map[string]*dto.MetricFamily, error) {
 	return parser.TextToMetricFamilies(resp.Body)
 }
 
+// profilePeaks, with -heap-profiles, watches the operator's RSS from begin and
+// writes its heap profile under name each time the RSS has grown by 8 MiB since
+// the last one (without a collection of its own: in-use is what the last one
+// left), so that the last profile shows the heap near the peak. The function it
+// returns stops the watch and says when the RSS was highest.
+func (o *operator) profilePeaks(name string, begin time.Time) (stop func()) {
+	if profileDir == "" {
+		return func() {}
+	}
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		var peak, profiled int64
+		var peakAt time.Duration
+		for {
+			select {
+			case <-done:
+				fmt.Fprintf(os.Stderr, "RSS highest %.1f MiB, %s after the first object was applied; last peak profile at %.1f MiB\n",
+					float64(peak)/1024, peakAt.Round(time.Second), float64(profiled)/1024)
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			rss, err := o.rssKiB()
+			if err != nil || rss <= peak {
+				continue
+			}
+			peak, peakAt = rss, time.Since(begin)
+			if rss >= profiled+8<<10 && o.heapProfile(name, false) == nil {
+				profiled = rss
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
+}
+
+// rssKiB is the process's resident set now (VmRSS).
+func (o *operator) rssKiB() (int64, error) {
+	return procStatusKiB(o.cmd.Process.Pid, "VmRSS:")
+}
+
+// procStatusKiB reads one field in KiB of /proc/PID/status.
+func procStatusKiB(pid int, field string) (int64, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(status)) {
+		if fields := strings.Fields(line); len(fields) >= 2 && fields[0] == field {
+			return strconv.ParseInt(fields[1], 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, field)
+}
+
 // heapProfile writes the operator's heap profile into profileDir under name,
-// after a garbage collection (so in-use is what is live), when -heap-profiles is set.
-func (o *operator) heapProfile(name string) error {
+// after a garbage collection when gc (so in-use is what is live), when
+// -heap-profiles is set.
+func (o *operator) heapProfile(name string, gc bool) error {
 	if profileDir == "" {
 		return nil
 	}
-	resp, err := (&http.Client{Timeout: time.Minute}).Get("http://" + o.pprofAddr + "/debug/pprof/heap?gc=1")
+	url := "http://" + o.pprofAddr + "/debug/pprof/heap"
+	if gc {
+		url += "?gc=1"
+	}
+	resp, err := (&http.Client{Timeout: time.Minute}).Get(url)
 	if err != nil {
 		return err
 	}
@@ -463,17 +523,9 @@ func (o *operator) heapProfile(name string) error {
 // usage is the process's peak RSS (VmHWM) and CPU time so far.
 func (o *operator) usage() (int64, time.Duration, error) {
 	pid := o.cmd.Process.Pid
-	status, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	hwm, err := procStatusKiB(pid, "VmHWM:")
 	if err != nil {
 		return 0, 0, err
-	}
-	defer status.Close()
-	var hwm int64
-	scanner := bufio.NewScanner(status)
-	for scanner.Scan() {
-		if fields := strings.Fields(scanner.Text()); len(fields) >= 2 && fields[0] == "VmHWM:" {
-			hwm, _ = strconv.ParseInt(fields[1], 10, 64)
-		}
 	}
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
