@@ -249,11 +249,13 @@ func (l *run) fetchPart(ctx context.Context, t *fileTask, p part) error {
 	})
 	if err != nil {
 		var le *Error
-		if errors.As(err, &le) {
-			if le.Path == "" {
-				le.Path = t.obj.Path
-			}
-			le.Err = fmt.Errorf("part %d (bytes %d-%d): %w", p.Index, p.Off, p.Off+p.Len-1, le.Err)
+		// The run's first failure comes back to every other worker as the cause of
+		// the cancelled context: it is not this part's, and other goroutines read it.
+		if errors.As(err, &le) && error(le) != context.Cause(ctx) {
+			annotated := *le
+			annotated.Path = cmp.Or(le.Path, t.obj.Path)
+			annotated.Err = fmt.Errorf("part %d (bytes %d-%d): %w", p.Index, p.Off, p.Off+p.Len-1, le.Err)
+			return &annotated
 		}
 		return err
 	}

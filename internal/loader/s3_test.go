@@ -553,6 +553,10 @@ func TestChecksumMismatch(t *testing.T) {
 				!strings.Contains(s.Failure.Message, tc.wantFile) {
 				t.Errorf("failure %+v: want a permanent checksum mismatch naming %s", s.Failure, tc.wantFile)
 			}
+			// The other workers stop on this failure; they must not claim it as theirs.
+			if n := strings.Count(s.Failure.Message, "part "); n > 1 {
+				t.Errorf("failure message names %d parts: %s", n, s.Failure.Message)
+			}
 			if _, err := os.Stat(filepath.Join(dest, tc.wantFile)); err == nil {
 				t.Errorf("the corrupt file %s was moved into place", tc.wantFile)
 			}
