@@ -76,8 +76,12 @@ type result struct {
 	reconcileTime, requestTime, requestMean, requestP99, throttled, throttleP99 time.Duration
 	requests                                                                    map[string]float64
 	steadyWrites                                                                float64
-	firstReconcile                                                              time.Duration
-	steadyWindow                                                                time.Duration
+	// heapInUse, heapGoal and runtimeSys are the Go runtime's heap in use, the
+	// heap size at which it collects next, and all it holds from the OS, in
+	// bytes, once every object is Ready: where the RSS goes.
+	heapInUse, heapGoal, runtimeSys float64
+	firstReconcile                  time.Duration
+	steadyWindow                    time.Duration
 }
 
 func run(sizes string) error {
@@ -221,6 +225,8 @@ func runOne(root, bin, work string, n int) (result, error) {
 		r.requests[method] = v / float64(n)
 	}
 	r.p50, r.p99 = reconcileQuantile(families, 0.5), reconcileQuantile(families, 0.99)
+	r.heapInUse, r.heapGoal, r.runtimeSys = gaugeValue(families, "go_memstats_heap_inuse_bytes"),
+		gaugeValue(families, "go_memstats_next_gc_bytes"), gaugeValue(families, "go_memstats_sys_bytes")
 	// Where reconciles wait: on the API server, or on the client's own rate limiter.
 	all := func(*dto.Metric) bool { return true }
 	var requests uint64
@@ -647,6 +653,14 @@ func histogramQuantile(families map[string]*dto.MetricFamily, name string, keep 
 	return 0
 }
 
+// gaugeValue is the value of an unlabelled gauge, 0 if absent.
+func gaugeValue(families map[string]*dto.MetricFamily, name string) float64 {
+	if f, ok := families[name]; ok && len(f.GetMetric()) > 0 {
+		return f.GetMetric()[0].GetGauge().GetValue()
+	}
+	return 0
+}
+
 func hasLabel(m *dto.Metric, name, value string) bool {
 	for _, l := range m.GetLabel() {
 		if l.GetName() == name && l.GetValue() == value {
@@ -677,6 +691,9 @@ func printTable(w io.Writer, results []result) {
 	})
 	row("operator peak RSS", "<= 50 MiB + 30 KiB x N", func(r result) string {
 		return fmt.Sprintf("%.1f MiB (%.0f)", float64(r.rssPeakKiB)/1024, 50+30*float64(r.n)/1024)
+	})
+	row("Go heap in use / GC goal / from the OS, at Ready", "", func(r result) string {
+		return fmt.Sprintf("%.0f / %.0f / %.0f MiB", r.heapInUse/(1<<20), r.heapGoal/(1<<20), r.runtimeSys/(1<<20))
 	})
 	row("operator CPU seconds", "", func(r result) string { return fmt.Sprintf("%.1f s", r.cpu.Seconds()) })
 	row("reconcile p50", "", func(r result) string { return r.p50.Round(10 * time.Microsecond).String() })
