@@ -40,14 +40,14 @@ func alignedPartSize(want, uploadPart int64) int64 {
 	return k * uploadPart
 }
 
-// The end of a load. While the queue still holds parts, every worker has one in
-// flight, so by the time a part of partSize bytes is in, about concurrency x
-// partSize bytes have come in all. Once the queue runs dry the parts still in
-// flight end one after another, and the last few come at one connection's rate
-// while the network card idles: through make bench-loader's store-shaped link, 2 s
-// for a 16 MiB part. The files queued last are therefore fetched in smaller parts
-// (see shrinkTail): the full-size parts before them are in by the time the queue
-// runs dry, and what is left in flight then is small.
+// The end of a load. While the queue still holds parts every worker has one in
+// flight; once it runs dry the parts still in flight end one after another, and
+// the last few come at one connection's rate while the network card idles:
+// through make bench-loader's store-shaped link, 2 s for a 16 MiB part. So the
+// files that hold the last concurrency x tailPartSize bytes of the queue are
+// fetched in smaller parts (see shrinkTail), and what is in flight when the queue
+// runs dry is small. The window is no larger because small parts cost requests
+// (each a first byte's latency, and the store's work per request).
 const (
 	tailPartDivisor = 4
 	// minTailPartSize keeps a request's first-byte latency (tens of milliseconds
@@ -62,14 +62,14 @@ func tailPartSize(partSize int64) int64 {
 }
 
 // shrinkTail lays out in parts of tailPartSize the files with a part among the
-// last concurrency x partSize bytes of the queue whose part size is free (see
+// last concurrency x tailPartSize bytes of the queue whose part size is free (see
 // partSizeIsFree), and returns how many it changed. Files are changed whole: the
 // journal keeps one part size per file.
 func shrinkTail(tasks []*fileTask, concurrency int, partSize int64) int {
 	small := tailPartSize(partSize)
 	queue := queueOrder(tasks)
 	shrunk := 0
-	for i, left := len(queue)-1, int64(concurrency)*partSize; i >= 0 && left > 0; i-- {
+	for i, left := len(queue)-1, int64(concurrency)*small; i >= 0 && left > 0; i-- {
 		t := queue[i].t
 		left -= queue[i].p.Len
 		if t.partSize > small && t.partSizeIsFree() {

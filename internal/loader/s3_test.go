@@ -384,11 +384,12 @@ func TestTailPartsVerifyAndResume(t *testing.T) {
 	}
 	defer link.Close()
 	dest := filepath.Join(t.TempDir(), "model")
-	// Two requests of 8 MiB: the last 16 MiB of the queue are parts of the three
-	// shards (interleaved) and the tokenizer, queued last, so those are fetched in
-	// 2 MiB parts, and the files queued before them (config.json) in 8 MiB ones.
+	// Eight requests and 8 MiB parts: the last 8 x 2 MiB of the queue are parts of
+	// the three shards (interleaved) and the tokenizer, queued last, so those are
+	// fetched in 2 MiB parts, and the files queued before them (config.json) in
+	// 8 MiB ones.
 	first, second, third := "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"
-	args := append(s3args("s3://models/mp/llama", dest, "--concurrency", "2", "--part-size", "8Mi",
+	args := append(s3args("s3://models/mp/llama", dest, "--concurrency", "8", "--part-size", "8Mi",
 		"--termination-message-path", filepath.Join(t.TempDir(), "t")), "--endpoint", link.URL())
 	cmd := exec.Command(loaderBin, args...)
 	var log bytes.Buffer

@@ -531,7 +531,7 @@ func TestShrinkTail(t *testing.T) {
 			{name: "b", size: 64 * mib, kind: kindCRC},
 			{name: "c", size: 64 * mib, kind: kindWhole},
 			{name: "d", size: 64 * mib, kind: kindSize},
-		}, 4, 16 * mib, "b c d"},
+		}, 16, 16 * mib, "b c d"},
 		{"upload-part checks, unranged and resumed files keep their parts", []file{
 			{name: "a", size: 64 * mib, kind: kindUploadParts, uploadPart: 5 * mib},
 			{name: "b", size: 64 * mib, kind: kindCRC, resumed: true},
