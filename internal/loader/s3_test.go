@@ -320,6 +320,26 @@ func TestResumeAfterKill(t *testing.T) {
 	testResumeAfterKill(t, "", 0, nil, "--store-checksums=false")
 }
 
+// killMidLoad runs the loader with args into dest and kills it (SIGKILL: no
+// chance to clean up) once a quarter of the model is in its journal, or after
+// 60 s; it returns the loader's log.
+func killMidLoad(t *testing.T, dest string, args []string) *bytes.Buffer {
+	t.Helper()
+	cmd := exec.Command(loaderBin, args...)
+	log := &bytes.Buffer{}
+	cmd.Stderr = log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for journalledBytes(t, dest) < treeBytes/4 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	return log
+}
+
 // testResumeAfterKill kills a loader run with extra flags, then runs it again with
 // extra and then flags, and wants wantChecked files checked by wantCheck ("": all
 // verified, by whichever checks).
@@ -334,19 +354,7 @@ func testResumeAfterKill(t *testing.T, wantCheck string, wantChecked int, extra 
 		args := []string{"--source", "s3://models/mp/llama", "--dest", dest, "--path-style", "--region", "us-east-1",
 			"--concurrency", "4", "--part-size", "1Mi", "--termination-message-path", filepath.Join(t.TempDir(), "t")}
 		args = append(args, extra...)
-		cmd := exec.Command(loaderBin, append(args, "--endpoint", proxy.URL())...)
-		var log bytes.Buffer
-		cmd.Stderr = &log
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		// Kill it (SIGKILL: no chance to clean up) once a good part of the model is in.
-		deadline := time.Now().Add(60 * time.Second)
-		for journalledBytes(t, dest) < treeBytes/4 && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
-		cmd.Process.Signal(syscall.SIGKILL)
-		cmd.Wait()
+		log := killMidLoad(t, dest, append(args, "--endpoint", proxy.URL()))
 		if _, err := os.Stat(filepath.Join(dest, loadspec.CompleteMarker)); err == nil {
 			t.Fatalf("the killed run wrote the complete marker; it was not killed mid-download:\n%s", log.String())
 		}
@@ -391,18 +399,7 @@ func TestTailPartsVerifyAndResume(t *testing.T) {
 	first, second, third := "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"
 	args := append(s3args("s3://models/mp/llama", dest, "--concurrency", "8", "--part-size", "8Mi",
 		"--termination-message-path", filepath.Join(t.TempDir(), "t")), "--endpoint", link.URL())
-	cmd := exec.Command(loaderBin, args...)
-	var log bytes.Buffer
-	cmd.Stderr = &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for journalledBytes(t, dest) < treeBytes/4 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	cmd.Process.Signal(syscall.SIGKILL)
-	cmd.Wait()
+	log := killMidLoad(t, dest, args)
 	states := readJournal(filepath.Join(dest, workDirName, "journal"))
 	for name, want := range map[string]int64{first: 2 << 20, second: 2 << 20, third: 2 << 20, "tokenizer.json": 2 << 20, "config.json": 8 << 20} {
 		if st := states[name]; st == nil || st.PartSize != want {
