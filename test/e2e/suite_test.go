@@ -396,7 +396,12 @@ func (o *operatorProcess) stop() {
 	o.cmd = nil
 }
 
-func (o *operatorProcess) logTail(lines int) string {
+func (o *operatorProcess) logTail(lines int) string { return o.logLines("", lines) }
+
+// logLines is the last lines of the operator's log that name the namespace or
+// are errors (every line when namespace is empty): what a failed test needs
+// to see of a log that other tests also write to.
+func (o *operatorProcess) logLines(namespace string, lines int) string {
 	f, err := os.Open(o.logPath)
 	if err != nil {
 		return err.Error()
@@ -406,7 +411,10 @@ func (o *operatorProcess) logTail(lines int) string {
 	scanner := bufio.NewScanner(f)
 	scanner.Buffer(make([]byte, 1<<20), 1<<20)
 	for scanner.Scan() {
-		all = append(all, scanner.Text())
+		line := scanner.Text()
+		if namespace == "" || strings.Contains(line, namespace) || strings.Contains(line, `"level":"error"`) {
+			all = append(all, line)
+		}
 	}
 	return strings.Join(all[max(len(all)-lines, 0):], "\n")
 }
@@ -500,6 +508,7 @@ func (e *env) dump(t *testing.T, ns string) {
 	operators := e.operators
 	e.mu.Unlock()
 	for _, o := range operators {
+		t.Logf("Log of the %s operator, lines about namespace %s and errors:\n%s", o.name, ns, o.logLines(ns, 200))
 		t.Logf("Log of the %s operator (last 150 lines; the cluster's other tests' objects too):\n%s", o.name, o.logTail(150))
 	}
 }

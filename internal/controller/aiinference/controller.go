@@ -18,10 +18,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -340,9 +344,30 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
 		b = b.Owns(&inferencev1.InferencePool{})
 	}
 	return b.
+		Watches(&servingv1.AIInference{}, unansweredFirst).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToInference)).
 		Named("aiinference").
 		Complete(r)
+}
+
+// unansweredFirst queues, at normal priority, the objects of the informer's
+// first list whose spec no status has answered yet: created, or changed, while
+// no operator ran. controller-runtime queues the whole first list at low
+// priority so that fresh events go first; on a busy cluster an object no pass
+// has seen then waits behind every pod event, with an empty status, for as long
+// as events keep coming (90 s and more in the e2e suite). Objects whose status
+// is current keep the low priority For gives them; the queue keeps the higher
+// of the two.
+var unansweredFirst = handler.Funcs{
+	CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request])
+		if !ok || !e.IsInInitialList {
+			return
+		}
+		if obj, ok := e.Object.(*servingv1.AIInference); ok && obj.Status.ObservedGeneration < obj.Generation {
+			pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(0)}, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(obj)})
+		}
+	},
 }
 
 func podToInference(_ context.Context, obj client.Object) []reconcile.Request {

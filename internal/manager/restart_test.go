@@ -1,0 +1,133 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/testutil"
+)
+
+// TestUnansweredObjectsGoFirstAfterARestart starts the operator (one worker) on
+// a namespace of objects it has reconciled before and one created while it was
+// down, named to be listed last: the new object's pass comes first. Each pass
+// reads the object's own credentials Secret from the API server, so the order
+// of those reads is the order of the passes.
+func TestUnansweredObjectsGoFirstAfterARestart(t *testing.T) {
+	cfg, _ := testutil.StartEnvtest(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin, err := client.New(cfg, client.Options{Scheme: Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "restart"
+	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	create := func(name string) {
+		t.Helper()
+		if err := admin.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			StringData: map[string]string{"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret"},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		obj := namespacedInference(ns)
+		obj.Name = name
+		obj.Spec.Model.Source.S3.CredentialsSecretRef.Name = name
+		if err := admin.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	answered := func(names ...string) error {
+		for _, name := range names {
+			var obj servingv1.AIInference
+			if err := admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &obj); err != nil {
+				return err
+			}
+			if obj.Status.ObservedGeneration != obj.Generation {
+				return fmt.Errorf("%s: status answers generation %d of %d", name, obj.Status.ObservedGeneration, obj.Generation)
+			}
+		}
+		return nil
+	}
+	var reconciled []string
+	for i := range 20 {
+		reconciled = append(reconciled, fmt.Sprintf("reconciled-%02d", i))
+		create(reconciled[i])
+	}
+	run(t, ctx, cfg, func() error { return answered(reconciled...) })
+
+	create("unanswered")
+	var reads secretReads
+	mgrCfg := rest.CopyConfig(cfg)
+	mgrCfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return secretReadRecorder{next: rt, log: &reads} }
+	run(t, ctx, mgrCfg, func() error { return answered("unanswered") })
+	if first := reads.names(); len(first) == 0 || first[0] != "unanswered" {
+		t.Errorf("after the restart the operator read the Secrets of %v, in this order: the object no status answered yet waited behind those whose status is current", first)
+	}
+}
+
+// run runs an operator with one worker until done returns nil.
+func run(t *testing.T, ctx context.Context, cfg *rest.Config, done func() error) {
+	t.Helper()
+	mgr, err := New(cfg, Options{
+		MetricsBindAddress: "0", HealthProbeBindAddress: "0", LoaderImage: "example.test/model-loader:test",
+		skipNameValidation: true, MaxConcurrentReconciles: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgrCtx, stop := context.WithCancel(ctx)
+	stopped := make(chan error, 1)
+	go func() { stopped <- mgr.Start(mgrCtx) }()
+	defer func() {
+		stop()
+		if err := <-stopped; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+	for err := done(); err != nil; err = done() {
+		if ctx.Err() != nil {
+			t.Fatalf("the operator did not get there: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// secretReads records the names of the Secrets the operator reads, in order.
+type secretReads struct {
+	mu   sync.Mutex
+	read []string
+}
+
+func (s *secretReads) names() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.read...)
+}
+
+type secretReadRecorder struct {
+	next http.RoundTripper
+	log  *secretReads
+}
+
+func (r secretReadRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	if _, name, ok := strings.Cut(req.URL.Path, "/secrets/"); ok && req.Method == http.MethodGet {
+		r.log.mu.Lock()
+		r.log.read = append(r.log.read, name)
+		r.log.mu.Unlock()
+	}
+	return r.next.RoundTrip(req)
+}
