@@ -305,6 +305,50 @@ func TestGPUDeploymentRunsOnMatchingNodesOnly(t *testing.T) {
 	}
 }
 
+// TestSidecarRunsForThePodsLife: as on a kubelet, an init container with
+// restartPolicy Always (the operator's warm-up gate) starts after the init
+// containers before it complete, keeps running, and is ready only with the
+// pod's containers; the init containers before it complete with exit 0.
+func TestSidecarRunsForThePodsLife(t *testing.T) {
+	ctx, client := needCluster(t)
+	ns := testNamespace(ctx, t, client)
+	spec := gpuPodSpec(1, GPUProductA100)
+	spec.InitContainers = append(spec.InitContainers, corev1.Container{Name: "gate", Image: "gate:test", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)})
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "model"}, Spec: spec}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var sawStarting bool // the sidecar running and not ready while the pod is not
+	eventually(ctx, t, "the pod Ready", func() (bool, string) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, "model", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if st := p.Status.InitContainerStatuses; len(st) == 2 && st[1].State.Running != nil && !st[1].Ready && p.Status.Phase == corev1.PodPending {
+			sawStarting = true
+		}
+		return podReady(p), fmt.Sprintf("phase %s, init containers %+v", p.Status.Phase, p.Status.InitContainerStatuses)
+	})
+	if !sawStarting {
+		t.Error("never saw the sidecar running and not ready before the pod was Ready")
+	}
+	// Stages that still matched the pod would change it again: it stays as it is.
+	time.Sleep(2 * time.Second)
+	p, err := client.CoreV1().Pods(ns).Get(ctx, "model", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := p.Status.InitContainerStatuses
+	if !podReady(p) || len(st) != 2 {
+		t.Fatalf("pod phase %s, ready %v, init containers %+v", p.Status.Phase, podReady(p), st)
+	}
+	if loader := st[0]; loader.State.Terminated == nil || loader.State.Terminated.ExitCode != 0 || loader.Started == nil || *loader.Started {
+		t.Errorf("loader %+v, want terminated with exit code 0, not started", loader)
+	}
+	if gate := st[1]; gate.State.Running == nil || !gate.Ready || gate.Started == nil || !*gate.Started || gate.RestartCount != 0 {
+		t.Errorf("sidecar %+v, want running, started and ready, never restarted", gate)
+	}
+}
+
 func TestAddNodeLetsPendingPodRun(t *testing.T) {
 	ctx, client := needCluster(t)
 	ns := testNamespace(ctx, t, client)

@@ -78,6 +78,9 @@ func WriteStageConfig(stageDir, path string, delayScale float64) error {
 			return fmt.Errorf("%s: %w", f, err)
 		}
 		s.Spec.Delay.scale(delayScale)
+		if err := keepSidecarsRunning(s); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
 		if label, ok := replacedPodStages[s.Metadata.Name]; ok {
 			s.Spec.Selector.MatchExpressions = append(s.Spec.Selector.MatchExpressions,
 				matchExpression{Key: labelKey(label), Operator: "NotIn", Values: []string{"true"}})
@@ -105,6 +108,74 @@ func WriteStageConfig(stageDir, path string, delayScale float64) error {
 		}
 	}
 	return os.WriteFile(path, out.Bytes(), 0o644)
+}
+
+// kwok's pod-init-container-completed ends every init container with exit 0,
+// sidecars (restartPolicy Always) too, which a kubelet keeps running for the
+// pod's life: the operator's warm-up gate is one. sidecarStages makes the stage
+// end only the others and start sidecars, not ready until the pod's containers
+// are (pod-ready: a sidecar's readiness probe, such as the warm-up gate's, waits
+// on the main containers). The stage also stops firing once the pod is
+// Initialized: its selector (an init container running) would otherwise keep
+// matching a pod whose sidecar runs, and race pod-ready for it.
+var sidecarStages = map[string]struct{ replace, with string }{
+	"pod-init-container-completed": {
+		replace: `  ready: true
+  restartCount: 0
+  started: false
+  state:
+    terminated:
+      exitCode: 0
+      finishedAt: {{ $now | Quote }}
+      reason: Completed
+      startedAt: {{ $now | Quote }}
+`,
+		with: `  restartCount: 0
+{{ if eq (printf "%v" $item.restartPolicy) "Always" }}
+  ready: false
+  started: true
+  state:
+    running:
+      startedAt: {{ $now | Quote }}
+{{ else }}
+  ready: true
+  started: false
+  state:
+    terminated:
+      exitCode: 0
+      finishedAt: {{ $now | Quote }}
+      reason: Completed
+      startedAt: {{ $now | Quote }}
+{{ end }}
+`,
+	},
+	"pod-ready": {
+		replace: "phase: Running\n",
+		with: `phase: Running
+initContainerStatuses:
+{{ range $root.status.initContainerStatuses }}
+- {{ if .state.running }}{{ merge (dict "ready" true) . | toJson }}{{ else }}{{ . | toJson }}{{ end }}
+{{ end }}
+`,
+	},
+}
+
+// keepSidecarsRunning rewrites kwok's stage s as sidecarStages says, if it is
+// one of them.
+func keepSidecarsRunning(s *kwokStage) error {
+	edit, ok := sidecarStages[s.Metadata.Name]
+	if !ok {
+		return nil
+	}
+	if !strings.Contains(s.Spec.Next.StatusTemplate, edit.replace) {
+		return fmt.Errorf("stage %s: its status template no longer has the part that simulates sidecars; see sidecarStages", s.Metadata.Name)
+	}
+	s.Spec.Next.StatusTemplate = strings.Replace(s.Spec.Next.StatusTemplate, edit.replace, edit.with, 1)
+	if s.Metadata.Name == "pod-init-container-completed" {
+		s.Spec.Selector.MatchExpressions = append(s.Spec.Selector.MatchExpressions, matchExpression{
+			Key: `.status.conditions.[] | select( .type == "Initialized" ) | .status`, Operator: "NotIn", Values: []string{"True"}})
+	}
+	return nil
 }
 
 // checkDelayScale accepts a kubelet delay scale: a positive number, or 0 for 1.
