@@ -314,20 +314,30 @@ func TestSidecarRunsForThePodsLife(t *testing.T) {
 	ns := testNamespace(ctx, t, client)
 	spec := gpuPodSpec(1, GPUProductA100)
 	spec.InitContainers = append(spec.InitContainers, corev1.Container{Name: "gate", Image: "gate:test", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)})
-	if _, err := client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "model"}, Spec: spec}, metav1.CreateOptions{}); err != nil {
+	created, err := client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "model"}, Spec: spec}, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
+	// Every version of the pod, from a watch: the starting sidecar may last less
+	// than a poll's interval.
+	w, err := client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=model", ResourceVersion: created.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
 	var sawStarting bool // the sidecar running and not ready while the pod is not
-	eventually(ctx, t, "the pod Ready", func() (bool, string) {
-		p, err := client.CoreV1().Pods(ns).Get(ctx, "model", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
+	for p := created; !podReady(p); {
+		ev, ok := <-w.ResultChan()
+		if !ok {
+			t.Fatalf("the watch ended before the pod was Ready; last seen: phase %s, init containers %+v", p.Status.Phase, p.Status.InitContainerStatuses)
+		}
+		if p, ok = ev.Object.(*corev1.Pod); !ok {
+			t.Fatalf("watch: %+v", ev.Object)
 		}
 		if st := p.Status.InitContainerStatuses; len(st) == 2 && st[1].State.Running != nil && !st[1].Ready && p.Status.Phase == corev1.PodPending {
 			sawStarting = true
 		}
-		return podReady(p), fmt.Sprintf("phase %s, init containers %+v", p.Status.Phase, p.Status.InitContainerStatuses)
-	})
+	}
 	if !sawStarting {
 		t.Error("never saw the sidecar running and not ready before the pod was Ready")
 	}
