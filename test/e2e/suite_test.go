@@ -470,7 +470,11 @@ func (e *env) deleteAll(t *testing.T, ns string) {
 	// the CRD, which takes it up to 30 s (TestScaleRollAndDelete checks it does).
 	_ = e.k8s.DeleteAllOf(ctx, &appsv1.Deployment{}, client.InNamespace(ns), client.PropagationPolicy(metav1.DeletePropagationBackground))
 	_ = e.k8s.DeleteAllOf(ctx, &appsv1.ReplicaSet{}, client.InNamespace(ns), client.PropagationPolicy(metav1.DeletePropagationBackground))
-	_ = e.k8s.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns))
+	// At once, as `kubectl delete --force` does: a real kubelet's graceful stop of
+	// an engine and its sidecars took 7-16 s a namespace, during which the pods
+	// held real-node room other tests waited for. The test is over; how pods
+	// stop is what TestRealNodeRollingUpdateDropsNoRequest checks.
+	_ = e.k8s.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(0))
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
 		pods := &corev1.PodList{}
