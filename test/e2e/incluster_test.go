@@ -150,7 +150,7 @@ tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
 
 	// config/policy's ValidatingAdmissionPolicy checks v1alpha1 objects too, as
 	// converted to v1 by the webhook in the pod (matchPolicy: Equivalent).
-	applyAdmissionPolicy(t, g)
+	applyAdmissionPolicy(t, g, "")
 	alpha := func(image string) *servingv1alpha1.AIInference {
 		return &servingv1alpha1.AIInference{
 			ObjectMeta: metav1.ObjectMeta{Namespace: workloads, Name: "alpha"},

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -29,14 +31,18 @@ import (
 // the run has one: its engine really runs from the allowed image, as that
 // ServiceAccount).
 //
-// It runs alone on the shared cluster (shared.own): the policy judges every
-// AIInference written while it is in force.
+// The policy is bound to the test's namespace alone, so that the tests beside
+// it are not judged by it; TestRealNodeOperatorPodFromTheChart applies it as
+// shipped, bound to every namespace.
 func TestAdmissionPolicyOnTheLocalCluster(t *testing.T) {
-	shared.own(t)
+	shared.share(t)
+	if realNodeAsked() {
+		reserveRealPods(t, 1)
+	}
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := newNamespace(t)
-	settings := applyAdmissionPolicy(t, g)
+	settings := applyAdmissionPolicy(t, g, ns)
 
 	// The object to admit: on the real node, the simulator's image; else one of
 	// the shipped prefixes.
@@ -121,8 +127,10 @@ func TestAdmissionPolicyOnTheLocalCluster(t *testing.T) {
 
 // applyAdmissionPolicy runs `kubectl apply -k config/policy` on the local
 // cluster (in aiinference-system, made if missing), and deletes it again at the
-// end; it returns the policy's settings ConfigMap.
-func applyAdmissionPolicy(t *testing.T, g *WithT) *corev1.ConfigMap {
+// end; it returns the policy's settings ConfigMap. With onlyNamespace set, it
+// applies config/policy through an overlay that binds the policy to that
+// namespace alone, so that tests in other namespaces go on beside it.
+func applyAdmissionPolicy(t *testing.T, g *WithT, onlyNamespace string) *corev1.ConfigMap {
 	t.Helper()
 	root, err := testutil.RepoRoot()
 	g.Expect(err).NotTo(HaveOccurred())
@@ -149,9 +157,24 @@ func applyAdmissionPolicy(t *testing.T, g *WithT) *corev1.ConfigMap {
 		g.Expect(apierrors.IsAlreadyExists(err)).To(BeTrue(), "%v", err)
 	}
 	policy := filepath.Join(root, "config", "policy")
+	if onlyNamespace != "" {
+		overlay := t.TempDir()
+		base, err := filepath.Rel(overlay, policy) // kustomize takes no absolute path
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(fmt.Sprintf(`resources:
+  - %s
+patches:
+  - target: {kind: ValidatingAdmissionPolicyBinding}
+    patch: |-
+      - op: add
+        path: /spec/matchResources
+        value: {namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: %s}}}
+`, base, onlyNamespace)), 0o644)).To(Succeed())
+		policy = overlay
+	}
 	out, err := kubectl("apply", "-k", policy)
 	g.Expect(err).NotTo(HaveOccurred(), out)
-	t.Logf("kubectl apply -k config/policy:\n%s", strings.TrimSpace(out))
+	t.Logf("kubectl apply -k config/policy (bound to namespace %q, empty for all):\n%s", onlyNamespace, strings.TrimSpace(out))
 	t.Cleanup(func() {
 		if out, err := kubectl("delete", "-k", policy, "--wait"); err != nil {
 			t.Errorf("kubectl delete -k config/policy: %v: %s", err, out)

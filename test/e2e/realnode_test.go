@@ -76,10 +76,16 @@ var realPods = semaphore.NewWeighted(int64(realNodes * runtime.NumCPU()))
 // of CPU, and run into their timeouts.
 func reserveRealPods(t *testing.T, n int64) {
 	t.Helper()
+	asked := time.Now()
 	if err := realPods.Acquire(context.Background(), n); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { realPods.Release(n) })
+	got := time.Now()
+	t.Logf("real-node room for %d pods after %s", n, got.Sub(asked).Round(100*time.Millisecond))
+	t.Cleanup(func() {
+		realPods.Release(n)
+		t.Logf("real-node room for %d pods held %s", n, time.Since(got).Round(100*time.Millisecond))
+	})
 }
 
 // realInference is an AIInference for the real node that loads the seeded model
@@ -333,19 +339,26 @@ func loaderRestarts(g Gomega, obj *servingv1.AIInference) int32 {
 func TestRealNodeRetryableFailureIsBounded(t *testing.T) {
 	shared.share(t)
 	store := needRealNode(t)
-	// Two pods: the fix rolls a new one out beside the crash-looping one.
+	// Two pods: the fix rolls a new one out beside the failing one.
 	reserveRealPods(t, 2)
 	g := NewWithT(t)
 	ns := newNamespace(t)
 	obj := realInference(t, store, ns, "unreachable")
-	// Nothing listens there: every attempt fails with a retryable error.
+	// Nothing listens there: every request fails with a retryable error, and the
+	// loader retries it within the attempt until loading.timeout (at its least)
+	// ends the attempt; without it, an attempt retries a refused connection for
+	// about 40 s.
 	closed, err := freePort()
 	g.Expect(err).NotTo(HaveOccurred())
 	endpoint, err := url.Parse(store.Endpoint)
 	g.Expect(err).NotTo(HaveOccurred())
 	obj.Spec.Model.Source.S3.Endpoint = "http://" + net.JoinHostPort(endpoint.Hostname(), strconv.Itoa(closed))
+	obj.Spec.Loading.Timeout = &metav1.Duration{Duration: 10 * time.Second}
 	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
-	retriedInPlaceThenFixed(t, g, obj, func(o *servingv1.AIInference) { o.Spec.Model.Source.S3.Endpoint = store.Endpoint }, realReadyTimeout)
+	retriedInPlaceThenFixed(t, g, obj, func(o *servingv1.AIInference) {
+		o.Spec.Model.Source.S3.Endpoint = store.Endpoint
+		o.Spec.Loading.Timeout = &metav1.Duration{Duration: 2 * time.Minute}
+	}, realReadyTimeout)
 }
 
 // 4. An engine that cannot start gives a crash-loop reason with its exit code and
