@@ -61,6 +61,10 @@ tools: ## Build (or reuse) every real binary and image the tests need
 # Test binaries that run at once: most wait on API servers and clusters rather
 # than compute, so more than go test's default (the cores) keeps the cores busy.
 TEST_PARALLEL ?= 3
+# Test binaries are linked without DWARF (-w): linking some twenty binaries of
+# 80-100 MB took about 120 CPU-s of make test's 550, and a test binary needs its
+# symbol table (kept) for stack traces, not debugging information.
+TEST_LDFLAGS ?= -w
 
 .PHONY: test
 # The real-node tests need root and cgroup v1; where they are missing they fail
@@ -70,7 +74,7 @@ test: tools ## Everything CI runs: vet, unit, envtest integration, loader, end-t
 	status=0; \
 	go vet ./... & vet=$$!; \
 	(cd hack/images && go test ./... -count=1 -timeout 5m) & images=$$!; \
-	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -p $(TEST_PARALLEL) ./test/e2e/ ./... -count=1 -timeout 45m || status=1; \
+	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -p $(TEST_PARALLEL) -ldflags='$(TEST_LDFLAGS)' ./test/e2e/ ./... -count=1 -timeout 45m || status=1; \
 	wait $$vet || status=1; \
 	wait $$images || status=1; \
 	exit $$status
