@@ -49,7 +49,7 @@ func run(m *testing.M) int {
 	}
 	env := &envtest.Environment{BinaryAssetsDirectory: assets, ErrorIfCRDPathMissing: true,
 		CRDDirectoryPaths: []string{filepath.Join(root, "config", "crd", "bases")}}
-	cfg, err := env.Start()
+	cfg, err := testutil.StartEnvironment(env)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting envtest:", err)
 		return 1

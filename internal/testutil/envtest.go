@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,12 +34,29 @@ func StartEnvtest(t testing.TB, withCRDs bool) (*rest.Config, string) {
 		env.CRDDirectoryPaths = []string{filepath.Join(root, "config", "crd", "bases")}
 		env.ErrorIfCRDPathMissing = true
 	}
-	cfg, err := env.Start()
+	cfg, err := StartEnvironment(env)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
 	return cfg, root
+}
+
+// StartEnvironment starts env as env.Start does, and starts it again (twice at
+// most) when its API server is up but the default namespace has not appeared
+// within the 5 s that envtest allows: on two cores busy with the rest of make
+// test, the API server's bootstrap has taken longer (seen failing a run).
+func StartEnvironment(env *envtest.Environment) (*rest.Config, error) {
+	pristine := *env
+	for attempt := 1; ; attempt++ {
+		cfg, err := env.Start()
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "default namespace didn't register") {
+			return cfg, err
+		}
+		fmt.Fprintf(os.Stderr, "envtest, attempt %d: %v; starting a new control plane\n", attempt, err)
+		_ = env.Stop()
+		*env = pristine
+	}
 }
 
 // InstallCRD creates the CRD in the generated manifest at path and waits until

@@ -97,7 +97,7 @@ func runSuite(m *testing.M) int {
 	// The CRD is installed below rather than by envtest, which would point its
 	// conversion webhook at a server and CA of its own.
 	envtestEnv = &envtest.Environment{BinaryAssetsDirectory: assets}
-	restConfig, err = envtestEnv.Start()
+	restConfig, err = testutil.StartEnvironment(envtestEnv)
 	if err != nil {
 		return fail("starting envtest", err)
 	}

@@ -77,7 +77,7 @@ func runSuite(m *testing.M) int {
 		CRDDirectoryPaths:     append([]string{filepath.Join(root, "config", "crd", "bases")}, trafficCRDs...),
 		ErrorIfCRDPathMissing: true,
 	}
-	cfg, err := env.Start()
+	cfg, err := testutil.StartEnvironment(env)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting envtest:", err)
 		return 1
