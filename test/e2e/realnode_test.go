@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 	. "github.com/onsi/gomega"
 	"golang.org/x/sync/semaphore"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -162,8 +164,9 @@ func oneServingPod(g Gomega, obj *servingv1.AIInference) []corev1.Pod {
 // other failure still counts: a refused connection, a timeout, an error answer.
 // serviceRouteTimeout bounds the wait for a new Service to route to its pods.
 // kube-proxy programs the host's rules from the API server's watch; on this loaded
-// 2-core host it lagged past 20 s in a full make test, and a ClusterIP recycled
-// from another test's Service then still reached that test's old pod (404).
+// 2-core host it lagged past 20 s in a full make test; until it catches up, a
+// ClusterIP recycled from another test's Service still reaches that test's old
+// pod (404 from its engine), and a new one leaves the host (see serviceURL).
 const serviceRouteTimeout = 90 * time.Second
 
 func complete(httpClient *http.Client, baseURL, model string) (string, error) {
@@ -258,10 +261,8 @@ func TestRealNodeFullLoad(t *testing.T) {
 	g.Expect(models.Data[0].Root).To(Equal(config.Dest))
 
 	// A completion through the Service answers with the served model's name.
-	url := serviceURL(g, obj)
 	begin = time.Now()
-	g.Eventually(func() (string, error) { return complete(httpClient, url, obj.Spec.Model.Name) }).
-		WithTimeout(serviceRouteTimeout).WithPolling(500 * time.Millisecond).Should(Equal(obj.Spec.Model.Name))
+	serviceURL(g, obj)
 	t.Logf("a completion through the Service answered %s after Ready was checked", time.Since(begin).Round(100*time.Millisecond))
 }
 
@@ -383,16 +384,60 @@ func TestRealNodeEngineThatCannotStart(t *testing.T) {
 }
 
 // serviceURL is the Service of obj at its ClusterIP, which kube-proxy routes on
-// the host to ready pods. One local cluster on a host at a time runs kube-proxy
-// (its rules are host-wide): this waits for another's (localcluster's own
-// real-node test, run beside this package) to stop.
+// the host to ready pods, once a completion through it has come back from obj's
+// model. One local cluster on a host at a time runs kube-proxy (its rules are
+// host-wide): this waits for another's (localcluster's own real-node test, run
+// beside this package) to stop.
+//
+// Each attempt opens a new connection. One sent before kube-proxy has written the
+// Service's rules leaves the host un-translated, and this machine's egress proxy
+// answers it (404, no body); a kept-alive connection stays with the proxy after
+// the rules are in, since the kernel translates a connection only when it
+// opens. A make test run failed so for 90 s, on a route that was there.
 func serviceURL(g Gomega, obj *servingv1.AIInference) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	g.Expect(cluster.WaitKubeProxy(ctx)).To(Succeed())
 	svc := &corev1.Service{}
 	g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), svc)).To(Succeed())
-	return "http://" + net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port)))
+	url := "http://" + net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port)))
+	newConnections := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	g.Eventually(func() (string, error) { return complete(newConnections, url, obj.Spec.Model.Name) }).
+		WithTimeout(serviceRouteTimeout).WithPolling(500*time.Millisecond).Should(Equal(obj.Spec.Model.Name),
+		func() string { return describeServiceRoute(svc) })
+	return url
+}
+
+// describeServiceRoute is what routes svc on the host, for a failure: its
+// EndpointSlices, the host's NAT rules for its ClusterIP, and the end of
+// kube-proxy's log.
+func describeServiceRoute(svc *corev1.Service) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "no completion through Service %s/%s at %s\n", svc.Namespace, svc.Name, svc.Spec.ClusterIP)
+	endpointSlices := &discoveryv1.EndpointSliceList{}
+	if err := k8s.List(context.Background(), endpointSlices, client.InNamespace(svc.Namespace),
+		client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
+		fmt.Fprintf(&b, "EndpointSlices: %v\n", err)
+	}
+	for _, slice := range endpointSlices.Items {
+		for _, e := range slice.Endpoints {
+			fmt.Fprintf(&b, "EndpointSlice %s: %v ready=%v\n", slice.Name, e.Addresses, ptr.Deref(e.Conditions.Ready, false))
+		}
+	}
+	nat, err := exec.Command("iptables-save", "-t", "nat").CombinedOutput()
+	fmt.Fprintf(&b, "iptables-save -t nat (err %v), the lines with %s:\n", err, svc.Spec.ClusterIP)
+	for line := range strings.SplitSeq(string(nat), "\n") {
+		if strings.Contains(line, svc.Spec.ClusterIP+"/32") {
+			fmt.Fprintln(&b, line)
+		}
+	}
+	logs, _ := filepath.Glob(filepath.Join(cluster.LogsDir(), "*", "kube-proxy.log"))
+	for _, path := range logs {
+		data, _ := os.ReadFile(path)
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		fmt.Fprintf(&b, "%s, last lines:\n%s\n", path, strings.Join(lines[max(0, len(lines)-30):], "\n"))
+	}
+	return b.String()
 }
 
 // 5. A rolling update with real readiness, while a bounded client sends
@@ -415,8 +460,6 @@ func TestRealNodeRollingUpdateDropsNoRequest(t *testing.T) {
 	waitFor(t, g, obj, realReadyTimeout, beReady(1))
 	url := serviceURL(g, obj)
 	httpClient := &http.Client{Timeout: 5 * time.Second}
-	g.Eventually(func() (string, error) { return complete(httpClient, url, obj.Spec.Model.Name) }).
-		WithTimeout(serviceRouteTimeout).WithPolling(500 * time.Millisecond).Should(Equal(obj.Spec.Model.Name))
 
 	// At most 3000 requests, 50 ms apart, until the rollout is over.
 	stop := make(chan struct{})
