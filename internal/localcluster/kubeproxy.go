@@ -232,6 +232,9 @@ func (c *Cluster) runKubeProxy(ctx context.Context, node RealNode, lock io.Close
 		filepath.Join(c.real.options.BinDir, kubeProxyBinary),
 		"--config="+configPath,
 		"--hostname-override="+node.Name,
+		// Each sync of the rules and how long it took, for when a Service does
+		// not route: a failed sync is retried only after iptables.syncPeriod.
+		"--v=2",
 	); err != nil {
 		return err
 	}
