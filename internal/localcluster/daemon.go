@@ -301,11 +301,9 @@ func cleanup(stateDir string, s *State, out io.Writer) {
 		fmt.Fprintf(out, "Stopping the supervisor (pid %d)\n", s.SupervisorPID)
 		// The supervisor stops the components itself on SIGTERM.
 		_ = syscall.Kill(s.SupervisorPID, syscall.SIGTERM)
-		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && s.Running(); {
-			time.Sleep(100 * time.Millisecond)
-		}
-		if s.Running() {
+		if !waitExited(s.SupervisorPID, s.SupervisorExe, 60*time.Second) {
 			_ = syscall.Kill(s.SupervisorPID, syscall.SIGKILL)
+			waitExited(s.SupervisorPID, s.SupervisorExe, 5*time.Second)
 		}
 	}
 	// Whatever the supervisor left behind (it was killed, or it crashed).

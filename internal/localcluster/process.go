@@ -136,15 +136,39 @@ func KillProcessGroup(pid int, wantExe string, grace time.Duration) bool {
 		return false
 	}
 	_ = syscall.Kill(-pid, syscall.SIGTERM)
-	deadline := time.Now().Add(grace)
-	for time.Now().Before(deadline) && processIs(pid, wantExe) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	for i := 0; i < 50 && processIs(pid, wantExe); i++ {
-		time.Sleep(100 * time.Millisecond)
+	if !waitExited(pid, wantExe, grace) {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		waitExited(pid, wantExe, 5*time.Second)
 	}
 	return true
+}
+
+// waitExited waits up to timeout for processExited and reports whether it came.
+func waitExited(pid int, exe string, timeout time.Duration) bool {
+	for deadline := time.Now().Add(timeout); !processExited(pid, exe); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
+}
+
+// processExited reports whether the process exe that had pid has ended: pid is
+// gone, a zombie, or another program's. An ending process gives back its memory,
+// and with it the command line processIs reads, before it becomes a zombie; in
+// between it still runs (its files and sockets are still open), for long on a
+// loaded machine, so this reads the name in /proc/PID/stat, which stays.
+func processExited(pid int, exe string) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	// "pid (comm) S ...": comm is the executable's name, cut to 15 bytes.
+	open, end := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
+	if open < 0 || end < open || end+2 >= len(stat) {
+		return true
+	}
+	return string(stat[open+1:end]) != exe[:min(len(exe), 15)] || stat[end+2] == 'Z'
 }
 
 // processIs reports whether pid is a live (not zombie) process whose first
