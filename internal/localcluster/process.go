@@ -110,17 +110,8 @@ func groupAlive(pgid int) bool {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue // gone meanwhile
-		}
-		// "pid (comm) state ppid pgrp ...": the fields after the last ')'.
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 {
-			continue
-		}
-		fields := strings.Fields(string(stat[i+1:]))
-		if len(fields) > 2 && fields[0] != "Z" && fields[2] == strconv.Itoa(pgid) {
+		_, fields, ok := procStat(e.Name()) // false: gone meanwhile
+		if ok && len(fields) > 2 && fields[0] != "Z" && fields[2] == strconv.Itoa(pgid) {
 			return true
 		}
 	}
@@ -159,27 +150,31 @@ func waitExited(pid int, exe string, timeout time.Duration) bool {
 // between it still runs (its files and sockets are still open), for long on a
 // loaded machine, so this reads the name in /proc/PID/stat, which stays.
 func processExited(pid int, exe string) bool {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	comm, fields, ok := procStat(strconv.Itoa(pid))
+	// comm is the executable's name, cut to 15 bytes.
+	return !ok || comm != exe[:min(len(exe), 15)] || fields[0] == "Z"
+}
+
+// procStat reads /proc/PID/stat, "pid (comm) state ppid pgrp ...": the
+// process's name and the fields after it, state first. ok is false when the
+// process is gone.
+func procStat(pid string) (comm string, fields []string, ok bool) {
+	stat, err := os.ReadFile("/proc/" + pid + "/stat")
 	if err != nil {
-		return true
+		return "", nil, false
 	}
-	// "pid (comm) S ...": comm is the executable's name, cut to 15 bytes.
 	open, end := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
-	if open < 0 || end < open || end+2 >= len(stat) {
-		return true
+	if open < 0 || end < open {
+		return "", nil, false
 	}
-	return string(stat[open+1:end]) != exe[:min(len(exe), 15)] || stat[end+2] == 'Z'
+	fields = strings.Fields(string(stat[end+1:]))
+	return string(stat[open+1 : end]), fields, len(fields) > 0
 }
 
 // processIs reports whether pid is a live (not zombie) process whose first
 // argument has the base name exe.
 func processIs(pid int, exe string) bool {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// The state follows the last ')' of "pid (comm) S ...".
-	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+	if _, fields, ok := procStat(strconv.Itoa(pid)); !ok || fields[0] == "Z" {
 		return false
 	}
 	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
