@@ -24,7 +24,7 @@ import (
 
 // TestSecureMetrics runs the operator's manager with --metrics-secure against a
 // real kube-apiserver and scrapes it with real ServiceAccount tokens: with no
-// token the answer is 401, with a token whose ServiceAccount is not bound to
+// token or one the API server does not authenticate the answer is 401, with a token whose ServiceAccount is not bound to
 // config/rbac's metrics-reader ClusterRole 403, with one that is 200 and the
 // metrics. HTTP/2 is refused even to a client that offers it.
 func TestSecureMetrics(t *testing.T) {
@@ -116,7 +116,7 @@ func TestSecureMetrics(t *testing.T) {
 	for _, c := range []struct {
 		who, token string
 		want       int
-	}{{"no token", "", http.StatusUnauthorized}, {"a token without the reader role", stranger, http.StatusForbidden}, {"a token with the reader role", scraper, http.StatusOK}} {
+	}{{"no token", "", http.StatusUnauthorized}, {"a token the API server does not know", "not-a-token", http.StatusUnauthorized}, {"a token without the reader role", stranger, http.StatusForbidden}, {"a token with the reader role", scraper, http.StatusOK}} {
 		code, body, proto := scrape(c.token)
 		short := body
 		if len(short) > 120 {
