@@ -54,8 +54,8 @@ func main() {
 	flag.StringVar(&wh.MutatingConfigName, "webhook-mutating-config", webhook.DefaultMutatingConfigName, "MutatingWebhookConfiguration that gets the CA bundle.")
 	flag.StringVar(&wh.ValidatingConfigName, "webhook-validating-config", webhook.DefaultValidatingConfigName, "ValidatingWebhookConfiguration that gets the CA bundle.")
 	var traceOpts tracing.Options
-	flag.StringVar(&traceOpts.Endpoint, "otlp-endpoint", "", "OTLP gRPC endpoint (host:port) to send reconcile traces to; empty (the default) turns tracing off.")
-	flag.BoolVar(&traceOpts.Insecure, "otlp-insecure", false, "Send traces to --otlp-endpoint without TLS.")
+	flag.StringVar(&traceOpts.Endpoint, "otlp-endpoint", "", "OTLP/HTTP receiver to send reconcile traces to: host:port (e.g. otel-collector.observability:4318; traces go to /v1/traces) or a URL; empty (the default) turns tracing off.")
+	flag.BoolVar(&traceOpts.Insecure, "otlp-insecure", false, "Send traces to a host:port --otlp-endpoint over plain HTTP, without TLS.")
 	flag.Float64Var(&traceOpts.SampleRatio, "trace-sample-ratio", 1, "Share of reconciles traced when --otlp-endpoint is set, 0 to 1.")
 	printVersion := flag.Bool("version", false, "Print the version and exit.")
 	zapOpts := zap.Options{Development: false}

@@ -6,11 +6,8 @@ package tracing
 
 import (
 	"context"
-	"fmt"
-	"time"
 
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -22,9 +19,11 @@ const ServiceName = "aiinference-operator"
 
 // Options configure the exporter.
 type Options struct {
-	// Endpoint is the OTLP gRPC endpoint, host:port; empty turns tracing off.
+	// Endpoint is the OTLP/HTTP receiver, host:port (traces go to
+	// /v1/traces) or a URL; empty turns tracing off.
 	Endpoint string
-	// Insecure sends without TLS (a collector on the same node or in the cluster).
+	// Insecure sends to host:port over plain HTTP (a collector on the same node
+	// or in the cluster); a URL says its scheme itself.
 	Insecure bool
 	// SampleRatio is the share of reconciles traced, 0 to 1.
 	SampleRatio float64
@@ -32,17 +31,13 @@ type Options struct {
 
 // Setup installs the global tracer provider and returns its shutdown, which
 // flushes the spans not sent yet. With no endpoint it does nothing.
-func Setup(ctx context.Context, opts Options) (shutdown func(context.Context) error, err error) {
+func Setup(_ context.Context, opts Options) (shutdown func(context.Context) error, err error) {
 	if opts.Endpoint == "" {
 		return func(context.Context) error { return nil }, nil
 	}
-	clientOpts := []otlptracegrpc.Option{otlptracegrpc.WithEndpoint(opts.Endpoint), otlptracegrpc.WithTimeout(10 * time.Second)}
-	if opts.Insecure {
-		clientOpts = append(clientOpts, otlptracegrpc.WithInsecure())
-	}
-	exporter, err := otlptracegrpc.New(ctx, clientOpts...)
+	exporter, err := newOTLPExporter(opts)
 	if err != nil {
-		return nil, fmt.Errorf("creating the OTLP exporter: %w", err)
+		return nil, err
 	}
 	ratio := opts.SampleRatio
 	if ratio <= 0 || ratio > 1 {

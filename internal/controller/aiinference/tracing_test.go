@@ -3,7 +3,6 @@ package aiinference
 import (
 	"context"
 	"encoding/hex"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,10 +10,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/grpc"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -27,40 +24,8 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/tracing"
+	"github.com/aiinference/operator/internal/tracing/tracingtest"
 )
-
-// otlpReceiver is an OTLP gRPC trace receiver started by the test: it implements
-// the OpenTelemetry collector's TraceService and keeps the spans it is sent.
-type otlpReceiver struct {
-	coltracepb.UnimplementedTraceServiceServer
-	mu    sync.Mutex
-	spans []*tracepb.Span
-}
-
-func (o *otlpReceiver) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for _, rs := range req.ResourceSpans {
-		for _, ss := range rs.ScopeSpans {
-			o.spans = append(o.spans, ss.Spans...)
-		}
-	}
-	return &coltracepb.ExportTraceServiceResponse{}, nil
-}
-
-func startOTLPReceiver(t *testing.T) (*otlpReceiver, string) {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	recv := &otlpReceiver{}
-	srv := grpc.NewServer()
-	coltracepb.RegisterTraceServiceServer(srv, recv)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	return recv, lis.Addr().String()
-}
 
 type nopRecorder struct{}
 
@@ -96,7 +61,7 @@ func anyValue(v *commonpb.AnyValue) string {
 // the spans an OTLP receiver gets: one root span for the reconcile with the object,
 // one child per step with its decision, and the trace ID in the log lines.
 func TestReconcileTrace(t *testing.T) {
-	recv, endpoint := startOTLPReceiver(t)
+	recv, endpoint := tracingtest.Start(t)
 	ctx := context.Background()
 	shutdown, err := tracing.Setup(ctx, tracing.Options{Endpoint: endpoint, Insecure: true})
 	if err != nil {
@@ -133,9 +98,7 @@ func TestReconcileTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	recv.mu.Lock()
-	spans := recv.spans
-	recv.mu.Unlock()
+	spans := recv.Spans()
 	var root *tracepb.Span
 	byName := map[string]*tracepb.Span{}
 	for _, s := range spans {
