@@ -105,13 +105,14 @@ func run(m *testing.M) int {
 	built := make(chan error, 1)
 	go func() { built <- build.Run() }()
 
-	// The whole suite starts the other clusters now, beside the shared one; a run
-	// of some tests (-run) starts each on first use, if at all.
+	// The whole suite starts the chaos cluster now, beside the shared one: its
+	// test is long. The solo cluster starts on first use, once the shared one is
+	// up (its tests are short, and the shared cluster's start is on the suite's
+	// critical path); a run of some tests (-run) starts each on first use, if at all.
 	defer chaosCluster.stop()
 	defer soloCluster.stop()
 	if flag.Lookup("test.run").Value.String() == "" {
 		go chaosCluster.start()
-		go soloCluster.start()
 	}
 
 	started := time.Now()
