@@ -158,14 +158,19 @@ func (r *Reconciler) checkTrafficAPIs(s *scope) *problem {
 
 // served is true when the API server serves the kind. A kind the cluster lacks
 // costs the REST mapper a discovery request per lookup, so answers are kept for
-// a minute: a CRD installed later is seen within that.
+// a minute: a CRD installed later is seen within that. The lookup runs outside
+// the lock: the other reconciles do not wait on its round trip (two may then
+// ask at once, once a minute).
 func (r *Reconciler) served(gk schema.GroupKind) bool {
 	r.apis.Lock()
-	defer r.apis.Unlock()
-	if seen, ok := r.apis.served[gk]; ok && r.Now().Sub(seen.at) < apiRecheck {
+	seen, ok := r.apis.served[gk]
+	r.apis.Unlock()
+	if ok && r.Now().Sub(seen.at) < apiRecheck {
 		return seen.served
 	}
 	_, err := r.RESTMapper().RESTMapping(gk)
+	r.apis.Lock()
+	defer r.apis.Unlock()
 	if r.apis.served == nil {
 		r.apis.served = map[schema.GroupKind]apiSeen{}
 	}
