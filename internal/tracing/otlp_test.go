@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr/funcr"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -15,6 +17,7 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/encoding/protojson"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/aiinference/operator/internal/tracing/tracingtest"
 )
@@ -148,5 +151,24 @@ func TestTracesURL(t *testing.T) {
 		if got != c.want || (err != nil) != (c.want == "") {
 			t.Errorf("tracesURL(%q, %v) = %q, %v; want %q", c.endpoint, c.insecure, got, err, c.want)
 		}
+	}
+}
+
+// TestSetupLogsWhatWasNotSent: a batch the receiver refuses is dropped with an
+// error in the operator's log.
+func TestSetupLogsWhatWasNotSent(t *testing.T) {
+	var logged []string
+	logf.SetLogger(funcr.New(func(prefix, args string) { logged = append(logged, prefix+" "+args) }, funcr.Options{}))
+	recv, endpoint := tracingtest.Start(t)
+	recv.Refuse(http.StatusBadRequest)
+	shutdown, err := Setup(context.Background(), Options{Endpoint: endpoint, Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, span := otel.Tracer("t").Start(context.Background(), "s")
+	span.End()
+	_ = shutdown(context.Background())
+	if len(logged) != 1 || !strings.Contains(logged[0], "Traces not sent") || !strings.Contains(logged[0], "400 Bad Request") {
+		t.Errorf("log: %q", logged)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // ServiceName names the operator in traces.
@@ -50,5 +51,11 @@ func Setup(_ context.Context, opts Options) (shutdown func(context.Context) erro
 	)
 	otel.SetTracerProvider(provider)
 	otel.SetTextMapPropagator(propagation.TraceContext{})
+	// A batch the receiver did not take is dropped; say so in the operator's log
+	// (OpenTelemetry's default handler prints to stderr in another format).
+	log := logf.Log.WithName("tracing")
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Error(err, "Traces not sent; the batch is dropped")
+	}))
 	return provider.Shutdown, nil
 }
