@@ -48,6 +48,7 @@ func main() {
 	var sizes string
 	flag.StringVar(&sizes, "n", "100,1000", "object counts to run, comma-separated")
 	flag.StringVar(&profileDir, "heap-profiles", "", "folder to write the operator's heap profiles into (heap-N-peak.pb.gz near the peak RSS while the objects become Ready, heap-N-ready.pb.gz once every object is Ready, heap-N-steady.pb.gz after the steady state; read them with go tool pprof); empty: none")
+	flag.BoolVar(&traceReconciles, "trace", false, "trace the operator's reconciles (its --otlp-endpoint, to a receiver in the bench) and print where the slowest 1% of them spend their time, step by step; tracing costs time of its own, so the other figures of such a run are not the headline ones")
 	flag.Parse()
 	ctrl.SetLogger(logr.Discard()) // the clients' own logs would drown the figures
 	if err := run(sizes); err != nil {
@@ -60,6 +61,9 @@ const gpusPerNode = 8
 
 // profileDir is -heap-profiles.
 var profileDir string
+
+// traceReconciles is -trace.
+var traceReconciles bool
 
 // result is one run's figures.
 type result struct {
@@ -85,6 +89,8 @@ type result struct {
 	rssAnonKiB, rssFileKiB int64
 	firstReconcile         time.Duration
 	steadyWindow           time.Duration
+	// traceSummary is where the slowest reconciles spent their time (-trace).
+	traceSummary string
 }
 
 func run(sizes string) error {
@@ -121,6 +127,9 @@ func run(sizes string) error {
 		results = append(results, r)
 	}
 	printTable(os.Stdout, results)
+	for _, r := range results {
+		fmt.Fprint(os.Stdout, r.traceSummary)
+	}
 	return nil
 }
 
@@ -188,7 +197,14 @@ func runOne(root, bin, work string, n int) (result, error) {
 	if err := createNamespace(ctx, k8s, "bench"); err != nil {
 		return r, err
 	}
-	op, err := startOperator(bin, cluster.Kubeconfig(), filepath.Join(work, fmt.Sprintf("operator-%d.log", n)))
+	var traces *traceReceiver
+	var traceArgs []string
+	if traceReconciles {
+		traces = startTraceReceiver()
+		defer traces.stop()
+		traceArgs = traces.operatorArgs()
+	}
+	op, err := startOperator(bin, cluster.Kubeconfig(), filepath.Join(work, fmt.Sprintf("operator-%d.log", n)), traceArgs...)
 	if err != nil {
 		return r, err
 	}
@@ -266,6 +282,12 @@ func runOne(root, bin, work string, n int) (result, error) {
 	}
 	if err := op.heapProfile(fmt.Sprintf("heap-%d-steady.pb.gz", n), true); err != nil {
 		return r, err
+	}
+	if traces != nil {
+		// The operator's batches went out during the steady state.
+		var summary strings.Builder
+		summarizeTraces(&summary, n, traces.Spans())
+		r.traceSummary = summary.String()
 	}
 
 	// A restart with every object present: time to the first reconcile.
@@ -378,7 +400,7 @@ type operator struct {
 	log         *os.File
 }
 
-func startOperator(bin, kubeconfig, logPath string) (*operator, error) {
+func startOperator(bin, kubeconfig, logPath string, extraArgs ...string) (*operator, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -394,6 +416,7 @@ func startOperator(bin, kubeconfig, logPath string) (*operator, error) {
 	o := &operator{metricsAddr: fmt.Sprintf("127.0.0.1:%d", port), log: log}
 	o.cmd = exec.Command(bin, "--metrics-bind-address="+o.metricsAddr, fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", health),
 		"--loader-image=example.test/model-loader:bench")
+	o.cmd.Args = append(o.cmd.Args, extraArgs...)
 	if profileDir != "" {
 		pprof, err := freePort()
 		if err != nil {
