@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/go-logr/logr/funcr"
@@ -154,20 +155,50 @@ func TestTracesURL(t *testing.T) {
 	}
 }
 
-// TestSetupLogsWhatWasNotSent: a batch the receiver refuses is dropped with an
-// error in the operator's log.
+var (
+	setLoggerOnce sync.Once
+	testLog       = make(chan string, 100)
+)
+
+// TestSetupLogsWhatWasNotSent: an endpoint on OTLP/gRPC's port is pointed out,
+// and a batch the receiver refuses is dropped with an error in the operator's log.
 func TestSetupLogsWhatWasNotSent(t *testing.T) {
+	// controller-runtime takes the first logger set in a process only.
 	var logged []string
-	logf.SetLogger(funcr.New(func(prefix, args string) { logged = append(logged, prefix+" "+args) }, funcr.Options{}))
+	setLoggerOnce.Do(func() {
+		logf.SetLogger(funcr.New(func(prefix, args string) { testLog <- prefix + " " + args }, funcr.Options{}))
+	})
+	drain := func() {
+		for {
+			select {
+			case line := <-testLog:
+				logged = append(logged, line)
+			default:
+				return
+			}
+		}
+	}
+	shutdown, err := Setup(context.Background(), Options{Endpoint: "collector.invalid:4317", Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = shutdown(context.Background())
+	drain()
+	if len(logged) != 1 || !strings.Contains(logged[0], "OTLP/gRPC's") || !strings.Contains(logged[0], "http://collector.invalid:4317/v1/traces") {
+		t.Errorf("log for an endpoint on 4317: %q", logged)
+	}
+	logged = nil
+
 	recv, endpoint := tracingtest.Start(t)
 	recv.Refuse(http.StatusBadRequest)
-	shutdown, err := Setup(context.Background(), Options{Endpoint: endpoint, Insecure: true})
+	shutdown, err = Setup(context.Background(), Options{Endpoint: endpoint, Insecure: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, span := otel.Tracer("t").Start(context.Background(), "s")
 	span.End()
 	_ = shutdown(context.Background())
+	drain()
 	if len(logged) != 1 || !strings.Contains(logged[0], "Traces not sent") || !strings.Contains(logged[0], "400 Bad Request") {
 		t.Errorf("log: %q", logged)
 	}

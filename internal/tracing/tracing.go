@@ -6,6 +6,7 @@ package tracing
 
 import (
 	"context"
+	"net/url"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
@@ -14,6 +15,10 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
+
+// otlpGRPCPort is where OTLP receivers serve gRPC by default: an endpoint
+// there most likely still names the receiver of an older operator's exporter.
+const otlpGRPCPort = "4317"
 
 // ServiceName names the operator in traces.
 const ServiceName = "aiinference-operator"
@@ -40,6 +45,10 @@ func Setup(_ context.Context, opts Options) (shutdown func(context.Context) erro
 	if err != nil {
 		return nil, err
 	}
+	log := logf.Log.WithName("tracing")
+	if u, err := url.Parse(exporter.url); err == nil && u.Port() == otlpGRPCPort {
+		log.Info("The OTLP endpoint's port is OTLP/gRPC's; the operator sends OTLP/HTTP, which receivers serve on 4318 by default", "url", exporter.url)
+	}
 	ratio := opts.SampleRatio
 	if ratio <= 0 || ratio > 1 {
 		ratio = 1
@@ -53,7 +62,6 @@ func Setup(_ context.Context, opts Options) (shutdown func(context.Context) erro
 	otel.SetTextMapPropagator(propagation.TraceContext{})
 	// A batch the receiver did not take is dropped; say so in the operator's log
 	// (OpenTelemetry's default handler prints to stderr in another format).
-	log := logf.Log.WithName("tracing")
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		log.Error(err, "Traces not sent; the batch is dropped")
 	}))
