@@ -2,6 +2,7 @@ package aiinference
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -33,6 +34,15 @@ func (l PodLogs) LastLine(ctx context.Context, namespace, pod, container string)
 	if err != nil {
 		return "", err
 	}
-	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	text := strings.TrimSpace(string(data))
+	if strings.HasPrefix(text, kubeletNoLogPrefix) && !strings.Contains(text, "\n") {
+		return "", fmt.Errorf("the kubelet could not serve the previous run's log yet: %s", text)
+	}
+	lines := strings.Split(text, "\n")
 	return strings.TrimSpace(lines[len(lines)-1]), nil
 }
+
+// kubeletNoLogPrefix starts what a kubelet answers, in the body of a successful
+// response, for a previous run's log it cannot find (right after a restart, or
+// once the container is gone): not a line the engine wrote.
+const kubeletNoLogPrefix = "unable to retrieve container logs for "
