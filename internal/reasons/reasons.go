@@ -41,7 +41,7 @@ var All = []Explanation{
 	{servingv1.ReasonWarmingUp, "The engine answers its health checks; the warm-up gate waits for its first completion.", "Wait; if it lasts, read the engine's log.", false},
 	{servingv1.ReasonWarmupFailed, "The warm-up gate got no completion from the engine within loading.timeout; it exits and is run again. The message quotes its last error.",
 		"Read the engine's log (kubectl aii logs NAME) and check spec.engine.args and the served model name; raise loading.timeout for slow warm-ups, or turn the gate off (spec.engine.warmup.enabled: false).", true},
-	{servingv1.ReasonEngineCrashLooping, "The engine container keeps exiting (crash, OOM kill, bad arguments); the message gives the exit code and the last line of its log.",
+	{servingv1.ReasonEngineCrashLooping, "The engine container keeps exiting (crash, OOM kill, bad arguments); the message gives the exit code and the last line of its log (added at a later pass when the kubelet cannot serve the previous run's log yet, as happens right after a restart).",
 		"Read the engine's log (kubectl aii logs NAME); fix spec.engine.args or image; on OOMKilled raise spec.resources memory or use more GPUs (spec.gpu.count).", true},
 	{servingv1.ReasonPodStartFailed, "A container cannot start: the image cannot be pulled (ErrImagePull, ImagePullBackOff, InvalidImageName) or its configuration is refused (CreateContainerConfigError: a missing Secret or key).",
 		"Fix the image name or tag, add spec.imagePullSecrets for a private registry, or create the Secret or key the message names.", true},
