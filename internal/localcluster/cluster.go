@@ -141,7 +141,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := checkBinaries(binDir); err != nil {
 		return nil, err
 	}
-	if opts.RealNodes, err = prepareRealNodes(ctx, opts, pools, progress); err != nil {
+	realOptions, err := prepareRealNodesAsync(ctx, opts, pools, progress)
+	if err != nil {
 		return nil, err
 	}
 	if opts.ObjectStore, err = prepareObjectStore(ctx, opts, progress); err != nil {
@@ -159,7 +160,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	// test package running in parallel) can take one before its component binds
 	// it. Then start again on new ports.
 	for attempt := 1; ; attempt++ {
-		c, err := start(ctx, opts, binDir, stageDir, pools, progress)
+		c, err := start(ctx, opts, binDir, stageDir, pools, realOptions, progress)
 		if err == nil {
 			fmt.Fprintf(progress, "Local cluster ready in %s: export KUBECONFIG=%s\n", time.Since(begin).Round(100*time.Millisecond), c.kubeconfig)
 			return c, nil
@@ -178,8 +179,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 }
 
 // start makes one attempt at starting a cluster.
-func start(ctx context.Context, opts Options, binDir, stageDir string, pools []NodePool, progress io.Writer) (_ *Cluster, err error) {
-	c := &Cluster{dir: opts.Dir, progress: progress, real: realNodes{options: opts.RealNodes, repoRoot: opts.RepoRoot}}
+func start(ctx context.Context, opts Options, binDir, stageDir string, pools []NodePool, realOptions func() (RealNodeOptions, error), progress io.Writer) (_ *Cluster, err error) {
+	c := &Cluster{dir: opts.Dir, progress: progress, real: realNodes{options: opts.RealNodes, prepared: realOptions, repoRoot: opts.RepoRoot}}
 	if c.dir == "" {
 		if c.dir, err = os.MkdirTemp("", "localcluster-"); err != nil {
 			return nil, err

@@ -102,14 +102,29 @@ func checkRealNodeBinaries(dir string) error {
 // prepareRealNodes checks the host and finds (or builds) the binaries and images
 // when a pool is real; otherwise it returns opts.RealNodes as they are.
 func prepareRealNodes(ctx context.Context, opts Options, pools []NodePool, progress io.Writer) (RealNodeOptions, error) {
-	real := opts.RealNodes
+	prepared, err := prepareRealNodesAsync(ctx, opts, pools, progress)
+	if err != nil || prepared == nil {
+		return opts.RealNodes, err
+	}
+	return prepared()
+}
+
+// prepareRealNodesAsync checks the host when a pool is real, and starts finding
+// (or building) the binaries and images in the background: the control plane
+// starts meanwhile, and the first real node waits for them. It returns nil when
+// no pool is real.
+func prepareRealNodesAsync(ctx context.Context, opts Options, pools []NodePool, progress io.Writer) (func() (RealNodeOptions, error), error) {
 	if !slices.ContainsFunc(pools, func(p NodePool) bool { return p.Real && p.Count > 0 }) {
-		return real, nil
+		return nil, nil
 	}
 	if err := CheckRealNodeHost(); err != nil {
-		return real, err
+		return nil, err
 	}
-	return resolveRealNodeOptions(ctx, real, opts.RepoRoot, progress)
+	prepared := sync.OnceValues(func() (RealNodeOptions, error) {
+		return resolveRealNodeOptions(ctx, opts.RealNodes, opts.RepoRoot, progress)
+	})
+	go prepared()
+	return prepared, nil
 }
 
 // resolveRealNodeOptions fills the empty fields of real by running the build script.
@@ -168,8 +183,11 @@ type realNodes struct {
 	// mu serialises starting nodes and importing images, and guards the fields
 	// up to images. Stop does not take it (it holds Cluster.mu, which a starting
 	// node takes to record its processes).
-	mu       sync.Mutex
-	options  RealNodeOptions
+	mu      sync.Mutex
+	options RealNodeOptions
+	// prepared, when set, gives the options as Start found them in the
+	// background (prepareRealNodesAsync).
+	prepared func() (RealNodeOptions, error)
 	repoRoot string
 	images   []ImageArchive
 
@@ -252,6 +270,11 @@ func (c *Cluster) startRealNodes(ctx context.Context, pool NodePool) ([]string, 
 		return nil, err
 	}
 	var err error
+	if c.real.prepared != nil {
+		if c.real.options, err = c.real.prepared(); err != nil {
+			return nil, err
+		}
+	}
 	if c.real.options, err = resolveRealNodeOptions(ctx, c.real.options, c.real.repoRoot, c.progress); err != nil {
 		return nil, err
 	}

@@ -126,8 +126,8 @@ func TestAdmissionPolicyOnTheLocalCluster(t *testing.T) {
 }
 
 // applyAdmissionPolicy runs `kubectl apply -k config/policy` on the local
-// cluster (in aiinference-system, made if missing), and deletes it again at the
-// end; it returns the policy's settings ConfigMap. With onlyNamespace set, it
+// cluster (in aiinference-system, made if missing), and deletes what it applied
+// at the end; it returns the policy's settings ConfigMap. With onlyNamespace set, it
 // applies config/policy through an overlay that binds the policy to that
 // namespace alone, so that tests in other namespaces go on beside it.
 func applyAdmissionPolicy(t *testing.T, g *WithT, onlyNamespace string) *corev1.ConfigMap {
@@ -140,20 +140,11 @@ func applyAdmissionPolicy(t *testing.T, g *WithT, onlyNamespace string) *corev1.
 		out, err := exec.Command(filepath.Join(assets, "kubectl"), append([]string{"--kubeconfig", cluster.Kubeconfig()}, args...)...).CombinedOutput()
 		return string(out), err
 	}
+	// The namespace stays once made: the next test that applies the policy
+	// finds it, and deleting it would cost about 5 s of the namespace
+	// controller's work, on the shared cluster, for nothing.
 	system := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "aiinference-system"}}
-	if err := k8s.Create(context.Background(), system); err == nil {
-		// Gone before the next test that wants it.
-		t.Cleanup(func() {
-			ctx := context.Background()
-			_ = k8s.Delete(ctx, system)
-			for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
-				if apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(system), &corev1.Namespace{})) {
-					return
-				}
-			}
-			t.Errorf("namespace %s not gone a minute after its deletion", system.Name)
-		})
-	} else {
+	if err := k8s.Create(context.Background(), system); err != nil {
 		g.Expect(apierrors.IsAlreadyExists(err)).To(BeTrue(), "%v", err)
 	}
 	policy := filepath.Join(root, "config", "policy")

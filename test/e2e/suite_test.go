@@ -109,8 +109,10 @@ func run(m *testing.M) int {
 	// test is long. The solo cluster starts on first use, once the shared one is
 	// up (its tests are short, and the shared cluster's start is on the suite's
 	// critical path); a run of some tests (-run) starts each on first use, if at all.
-	defer chaosCluster.stop()
-	defer soloCluster.stop()
+	// The clusters stop side by side at the end: an API server takes about a
+	// second to shut down, a real node another.
+	stops := []func(){chaosCluster.stop, soloCluster.stop}
+	defer func() { stopSideBySide(stops) }()
 	if flag.Lookup("test.run").Value.String() == "" {
 		go chaosCluster.start()
 	}
@@ -136,7 +138,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer shared.stop()
+	stops = append(stops, shared.stop)
 	fmt.Fprintf(os.Stderr, "Local cluster usable after %s\n", time.Since(started).Round(time.Millisecond))
 	if err := <-built; err != nil {
 		fmt.Fprintf(os.Stderr, "building the operator: %v\n%s", err, buildLog.String())
@@ -197,7 +199,7 @@ type gate struct {
 	sharing atomic.Int32
 }
 
-// loadGate keeps the tests that time something against a target (own) apart
+// loadGate keeps the test that times a takeover against a target (own) apart
 // from the test that loads the whole machine (share): the chaos test's 50
 // objects, operators killed at random and API server restart pushed the
 // failover's takeover past its 20 s (20.4 s; 15.5-17 s on a quiet machine,
@@ -307,6 +309,15 @@ func (l *lazyEnv) start() {
 			fmt.Fprintf(os.Stderr, "The %s local cluster usable after %s\n", l.name, time.Since(begin).Round(time.Millisecond))
 		}
 	})
+}
+
+// stopSideBySide runs every stop at once and returns when all have.
+func stopSideBySide(stops []func()) {
+	var wg sync.WaitGroup
+	for _, stop := range stops {
+		wg.Go(stop)
+	}
+	wg.Wait()
 }
 
 func (l *lazyEnv) stop() {
