@@ -48,6 +48,13 @@ func main() {
 	var sizes string
 	flag.StringVar(&sizes, "n", "100,1000", "object counts to run, comma-separated")
 	flag.StringVar(&profileDir, "heap-profiles", "", "folder to write the operator's heap profiles into (heap-N-peak.pb.gz near the peak RSS while the objects become Ready, heap-N-ready.pb.gz once every object is Ready, heap-N-steady.pb.gz after the steady state; read them with go tool pprof); empty: none")
+	flag.Func("operator-env", "KEY=VALUE in the operator's environment alone, not the cluster's (say GOGC=25, to weigh the garbage collector's settings); repeat for more", func(kv string) error {
+		if !strings.Contains(kv, "=") {
+			return fmt.Errorf("%q is not KEY=VALUE", kv)
+		}
+		operatorEnv = append(operatorEnv, kv)
+		return nil
+	})
 	flag.BoolVar(&traceReconciles, "trace", false, "trace the operator's reconciles (its --otlp-endpoint, to a receiver in the bench) and print where the slowest 1% of them spend their time, step by step; tracing costs time of its own, so the other figures of such a run are not the headline ones")
 	flag.Parse()
 	ctrl.SetLogger(logr.Discard()) // the clients' own logs would drown the figures
@@ -64,6 +71,9 @@ var profileDir string
 
 // traceReconciles is -trace.
 var traceReconciles bool
+
+// operatorEnv is -operator-env.
+var operatorEnv []string
 
 // result is one run's figures.
 type result struct {
@@ -139,6 +149,9 @@ func runOne(root, bin, work string, n int) (result, error) {
 	r := result{n: n, steadyWindow: 60 * time.Second}
 	nodes := max(100, (n+gpusPerNode-1)/gpusPerNode+10)
 	fmt.Fprintf(os.Stderr, "==> N=%d on %d simulated GPU nodes\n", n, nodes)
+	if len(operatorEnv) > 0 {
+		fmt.Fprintf(os.Stderr, "The operator runs with %s\n", strings.Join(operatorEnv, " "))
+	}
 	cluster, err := localcluster.Start(ctx, localcluster.Options{
 		RepoRoot: root, KubeletDelayScale: 0.1, StartTimeout: 10 * time.Minute,
 		NodePools: []localcluster.NodePool{{Name: "gpu", Count: nodes, GPUProduct: localcluster.GPUProductL4, GPUCount: gpusPerNode,
@@ -425,7 +438,7 @@ func startOperator(bin, kubeconfig, logPath string, extraArgs ...string) (*opera
 		o.pprofAddr = fmt.Sprintf("127.0.0.1:%d", pprof)
 		o.cmd.Args = append(o.cmd.Args, "--pprof-bind-address="+o.pprofAddr)
 	}
-	o.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	o.cmd.Env = append(append(os.Environ(), "KUBECONFIG="+kubeconfig), operatorEnv...)
 	o.cmd.Stdout, o.cmd.Stderr = log, log
 	if err := o.cmd.Start(); err != nil {
 		log.Close()

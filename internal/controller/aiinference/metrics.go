@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -77,7 +78,7 @@ var (
 	timeToReadyBuckets  = bucketBounds{5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400}
 )
 
-var phases = []servingv1.Phase{servingv1.PhasePending, servingv1.PhaseLoading, servingv1.PhaseReady, servingv1.PhaseDegraded, servingv1.PhaseFailed, servingv1.PhaseCanary}
+var phases = [...]servingv1.Phase{servingv1.PhasePending, servingv1.PhaseLoading, servingv1.PhaseReady, servingv1.PhaseDegraded, servingv1.PhaseFailed, servingv1.PhaseCanary}
 
 var metricsState = &statusMetrics{objects: map[types.NamespacedName]*objectMemory{}}
 
@@ -263,55 +264,174 @@ func (c objectCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c objectCollector) Collect(ch chan<- prometheus.Metric) {
-	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
-	}
-	counter := func(desc *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, v, labels...)
-	}
+	s := newScrapeLabels()
 	for key, mem := range c.m.snapshot() {
-		ns, name := key.Namespace, key.Name
-		for _, p := range phases {
-			v := 0.0
-			if p == mem.phase {
-				v = 1
-			}
-			gauge(phaseDesc, v, ns, name, string(p))
-		}
-		gauge(phaseSinceDesc, float64(mem.phaseSince.Unix()), ns, name)
-		if mem.readyReason != "" {
-			gauge(readyReasonDesc, 1, ns, name, mem.readyReason)
-		}
-		gauge(desiredDesc, float64(mem.desired), ns, name)
-		gauge(readyDesc, float64(mem.ready), ns, name)
-		gauge(updatedDesc, float64(mem.updated), ns, name)
-		gauge(loadingTimeoutDesc, mem.loadingTimeout.Seconds(), ns, name)
-		if mem.hasLoad {
-			gauge(loadBytesDesc, float64(mem.lastLoad.bytes), ns, name)
-			gauge(loadFetchedDesc, float64(mem.lastLoad.fetched), ns, name)
-			if s := mem.lastLoad.duration.Seconds(); s > 0 {
-				gauge(loadThroughputDesc, float64(mem.lastLoad.fetched)/s, ns, name)
-			}
-		}
-		if mem.loadDuration != nil {
-			ch <- mem.loadDuration.metric(loadDurationDesc, &loadDurationBuckets, ns, name)
-		}
-		if mem.timeToReady != nil {
-			ch <- mem.timeToReady.metric(timeToReadyDesc, &timeToReadyBuckets, ns, name)
-		}
-		if mem.loadRetriesTotal > 0 {
-			counter(loadRetriesDesc, mem.loadRetriesTotal, ns, name)
-		}
-		for reason, v := range mem.failuresTotal {
-			counter(failuresDesc, v, ns, name, reason)
-		}
-		if mem.canaryRollbacksTotal > 0 {
-			counter(canaryRollbacksDesc, mem.canaryRollbacksTotal, ns, name)
-		}
-		for decision, v := range mem.decisionsTotal {
-			counter(rolloutDecisionsDesc, v, ns, name, decision)
+		series := s.objectSeries(key, &mem)
+		for i := range series {
+			ch <- &series[i]
 		}
 	}
+}
+
+// A scrape holds every series of every object at once: the registry gathers
+// them all before it writes any. At 1,000 objects client_golang's const metrics
+// allocated 17.4 MB in a gather and held 10.5 MB of it until the scrape was
+// written, which the garbage collector's goal then grew by half again: label
+// pairs made anew for each series, a map per histogram. Here an object's series
+// share its label pairs and read their values in place from one block per
+// object: 10.5 MB allocated, 7.3 MB held (BenchmarkScrapeObjectMetrics).
+
+// scrapeLabels are the label pairs one scrape shares between objects: the
+// phases, and the reasons and decisions it met. (A scrape may encode them as
+// protobuf, which writes into the messages, so scrapes do not share them.)
+type scrapeLabels struct {
+	phases             [len(phases)]*dto.LabelPair
+	reasons, decisions map[string]*dto.LabelPair // by value
+}
+
+func newScrapeLabels() *scrapeLabels {
+	s := &scrapeLabels{reasons: map[string]*dto.LabelPair{}, decisions: map[string]*dto.LabelPair{}}
+	for i, p := range phases {
+		s.phases[i] = labelPair("phase", string(p))
+	}
+	return s
+}
+
+func labelPair(name, value string) *dto.LabelPair {
+	return &dto.LabelPair{Name: &name, Value: &value}
+}
+
+// pair is the label pair name=value of pairs, made on first use.
+func pair(pairs map[string]*dto.LabelPair, name, value string) *dto.LabelPair {
+	p := pairs[value]
+	if p == nil {
+		p = labelPair(name, value)
+		pairs[value] = p
+	}
+	return p
+}
+
+// objectMetric is one series of an object in a scrape. Its labels are sorted by
+// name, as the exposition wants them.
+type objectMetric struct {
+	desc   *prometheus.Desc
+	labels []*dto.LabelPair
+	kind   prometheus.ValueType // GaugeValue or CounterValue, unless hist is set
+	value  float64
+	hist   *histogramValues
+}
+
+func (m *objectMetric) Desc() *prometheus.Desc { return m.desc }
+
+func (m *objectMetric) Write(out *dto.Metric) error {
+	out.Label = m.labels
+	switch {
+	case m.hist != nil:
+		out.Histogram = m.hist.dto()
+	case m.kind == prometheus.CounterValue:
+		out.Counter = &dto.Counter{Value: &m.value}
+	default:
+		out.Gauge = &dto.Gauge{Value: &m.value}
+	}
+	return nil
+}
+
+// histogramValues is a histogram as the exposition reads it: cumulative counts
+// by upper bound (+Inf is the count).
+type histogramValues struct {
+	count      uint64
+	sum        float64
+	cumulative [len(bucketBounds{})]uint64
+	buckets    [len(bucketBounds{})]dto.Bucket
+	bucketPtrs [len(bucketBounds{})]*dto.Bucket
+}
+
+func (h *histogramValues) set(from *histogram, bounds *bucketBounds) {
+	h.count, h.sum = from.count, from.sum
+	var n uint64
+	for i := range bounds {
+		n += uint64(from.counts[i])
+		h.cumulative[i] = n
+		h.buckets[i] = dto.Bucket{CumulativeCount: &h.cumulative[i], UpperBound: &bounds[i]}
+		h.bucketPtrs[i] = &h.buckets[i]
+	}
+}
+
+func (h *histogramValues) dto() *dto.Histogram {
+	return &dto.Histogram{SampleCount: &h.count, SampleSum: &h.sum, Bucket: h.bucketPtrs[:]}
+}
+
+// objectBlock is everything one object's series of a scrape point at.
+type objectBlock struct {
+	namespace, name           dto.LabelPair
+	base                      [2]*dto.LabelPair // name, namespace
+	withPhase                 [len(phases)][3]*dto.LabelPair
+	loadDuration, timeToReady histogramValues
+	metrics                   []objectMetric
+}
+
+// objectSeries are the series of the object key whose figures are mem.
+func (s *scrapeLabels) objectSeries(key types.NamespacedName, mem *objectMemory) []objectMetric {
+	b := &objectBlock{}
+	b.namespace = dto.LabelPair{Name: &objectLabels[0], Value: &key.Namespace}
+	b.name = dto.LabelPair{Name: &objectLabels[1], Value: &key.Name}
+	b.base = [2]*dto.LabelPair{&b.name, &b.namespace}
+	base := b.base[:]
+	// With one more label: sorted, "decision" goes first, "phase" and "reason" last.
+	after := func(p *dto.LabelPair) []*dto.LabelPair { return []*dto.LabelPair{&b.name, &b.namespace, p} }
+	before := func(p *dto.LabelPair) []*dto.LabelPair { return []*dto.LabelPair{p, &b.name, &b.namespace} }
+
+	b.metrics = make([]objectMetric, 0, len(phases)+len(objectDescs)+len(mem.failuresTotal)+len(mem.decisionsTotal))
+	gauge := func(desc *prometheus.Desc, v float64, labels []*dto.LabelPair) {
+		b.metrics = append(b.metrics, objectMetric{desc: desc, labels: labels, kind: prometheus.GaugeValue, value: v})
+	}
+	counter := func(desc *prometheus.Desc, v float64, labels []*dto.LabelPair) {
+		b.metrics = append(b.metrics, objectMetric{desc: desc, labels: labels, kind: prometheus.CounterValue, value: v})
+	}
+	for i, p := range phases {
+		v := 0.0
+		if p == mem.phase {
+			v = 1
+		}
+		b.withPhase[i] = [3]*dto.LabelPair{&b.name, &b.namespace, s.phases[i]}
+		gauge(phaseDesc, v, b.withPhase[i][:])
+	}
+	gauge(phaseSinceDesc, float64(mem.phaseSince.Unix()), base)
+	if mem.readyReason != "" {
+		gauge(readyReasonDesc, 1, after(pair(s.reasons, "reason", mem.readyReason)))
+	}
+	gauge(desiredDesc, float64(mem.desired), base)
+	gauge(readyDesc, float64(mem.ready), base)
+	gauge(updatedDesc, float64(mem.updated), base)
+	gauge(loadingTimeoutDesc, mem.loadingTimeout.Seconds(), base)
+	if mem.hasLoad {
+		gauge(loadBytesDesc, float64(mem.lastLoad.bytes), base)
+		gauge(loadFetchedDesc, float64(mem.lastLoad.fetched), base)
+		if sec := mem.lastLoad.duration.Seconds(); sec > 0 {
+			gauge(loadThroughputDesc, float64(mem.lastLoad.fetched)/sec, base)
+		}
+	}
+	if mem.loadDuration != nil {
+		b.loadDuration.set(mem.loadDuration, &loadDurationBuckets)
+		b.metrics = append(b.metrics, objectMetric{desc: loadDurationDesc, labels: base, hist: &b.loadDuration})
+	}
+	if mem.timeToReady != nil {
+		b.timeToReady.set(mem.timeToReady, &timeToReadyBuckets)
+		b.metrics = append(b.metrics, objectMetric{desc: timeToReadyDesc, labels: base, hist: &b.timeToReady})
+	}
+	if mem.loadRetriesTotal > 0 {
+		counter(loadRetriesDesc, mem.loadRetriesTotal, base)
+	}
+	for reason, v := range mem.failuresTotal {
+		counter(failuresDesc, v, after(pair(s.reasons, "reason", reason)))
+	}
+	if mem.canaryRollbacksTotal > 0 {
+		counter(canaryRollbacksDesc, mem.canaryRollbacksTotal, base)
+	}
+	for decision, v := range mem.decisionsTotal {
+		counter(rolloutDecisionsDesc, v, before(pair(s.decisions, "decision", decision)))
+	}
+	return b.metrics
 }
 
 // bucketBounds are a histogram's upper bounds; +Inf is implied.
@@ -339,17 +459,6 @@ func (h *histogram) observe(bounds *bucketBounds, v float64) *histogram {
 	h.count++
 	h.sum += v
 	return h
-}
-
-// metric is h as a Prometheus histogram with cumulative buckets.
-func (h *histogram) metric(desc *prometheus.Desc, bounds *bucketBounds, labels ...string) prometheus.Metric {
-	cumulative := make(map[float64]uint64, len(bounds))
-	var n uint64
-	for i, upper := range bounds {
-		n += uint64(h.counts[i])
-		cumulative[upper] = n
-	}
-	return prometheus.MustNewConstHistogram(desc, h.count, h.sum, cumulative, labels...)
 }
 
 // MetricNames are the names of the operator's own metrics (histograms without

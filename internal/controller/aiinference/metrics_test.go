@@ -2,6 +2,7 @@ package aiinference
 
 import (
 	"bytes"
+	"io"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -72,6 +73,9 @@ func TestStatusMetrics(t *testing.T) {
 	t.Logf("the operator's own series in one scrape:\n%s", text)
 	g.Expect(text).To(ContainSubstring(`aiinference_model_load_duration_seconds_count{name="llm",namespace="metrics-ns"} 1`))
 	g.Expect(text).To(ContainSubstring(`aiinference_model_load_duration_seconds_sum{name="llm",namespace="metrics-ns"} 40`))
+	for le, count := range map[string]int{"30": 0, "60": 1, "7200": 1, "+Inf": 1} { // cumulative
+		g.Expect(text).To(ContainSubstring(`aiinference_model_load_duration_seconds_bucket{name="llm",namespace="metrics-ns",le="%s"} %d`+"\n", le, count))
+	}
 	g.Expect(text).To(ContainSubstring(`aiinference_time_to_ready_seconds_sum{name="llm",namespace="metrics-ns"} 180`), "from creation to Ready")
 	g.Expect(text).NotTo(ContainSubstring("llm-def"), "no pod names in labels")
 
@@ -139,5 +143,37 @@ func TestMetricNamesPassPromtool(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil || len(bytes.TrimSpace(out)) > 0 {
 		t.Fatalf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+// BenchmarkScrapeObjectMetrics is one scrape of the per-object series of 1000
+// objects, each with a load, both histograms and a failure: its B/op is what a
+// scrape makes the operator's heap carry for a moment.
+func BenchmarkScrapeObjectMetrics(b *testing.B) {
+	m := &statusMetrics{objects: map[types.NamespacedName]*objectMemory{}}
+	for i := range 1000 {
+		obj := &servingv1.AIInference{ObjectMeta: metav1.ObjectMeta{Namespace: "bench-ns", Name: "llm-" + strconv.Itoa(i), Generation: 1, CreationTimestamp: metav1.NewTime(now.Add(-time.Minute))}}
+		loading := servingv1.AIInferenceStatus{Phase: servingv1.PhaseLoading, LoadRetries: 1, LastFailure: &servingv1.LoadFailure{Reason: "TransientError"},
+			Conditions: []metav1.Condition{readyCond(metav1.ConditionFalse, servingv1.ReasonRetryingLoad, 1, now)}}
+		m.record(obj, &servingv1.AIInferenceStatus{}, &loading, now)
+		ready := servingv1.AIInferenceStatus{Phase: servingv1.PhaseReady, LoadRetries: 1, LastFailure: loading.LastFailure,
+			LastLoad:   &servingv1.LoadReport{Bytes: 4e9, BytesFetched: 4e9, Duration: metav1.Duration{Duration: 40 * time.Second}},
+			Conditions: []metav1.Condition{readyCond(metav1.ConditionTrue, servingv1.ReasonReady, 1, now)}}
+		m.record(obj, &loading, &ready, now)
+	}
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(objectCollector{m})
+	b.ReportAllocs()
+	for b.Loop() {
+		families, err := registry.Gather()
+		if err != nil {
+			b.Fatal(err)
+		}
+		enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain))
+		for _, f := range families {
+			if err := enc.Encode(f); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 }
