@@ -271,11 +271,11 @@ func (c *Cluster) startRealNodes(ctx context.Context, pool NodePool) ([]string, 
 	}
 	var err error
 	if c.real.prepared != nil {
-		if c.real.options, err = c.real.prepared(); err != nil {
-			return nil, err
-		}
+		c.real.options, err = c.real.prepared()
+	} else {
+		c.real.options, err = resolveRealNodeOptions(ctx, c.real.options, c.real.repoRoot, c.progress)
 	}
-	if c.real.options, err = resolveRealNodeOptions(ctx, c.real.options, c.real.repoRoot, c.progress); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	if c.real.images == nil {
