@@ -1,22 +1,32 @@
 package manager
 
 import (
+	"compress/gzip"
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/aiinference/operator/internal/testutil"
@@ -85,7 +95,7 @@ func TestSecureMetrics(t *testing.T) {
 	t.Cleanup(func() { stop(); <-done })
 
 	// The server's certificate is self-signed; what is checked here is who may read.
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+	httpClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2", "http/1.1"}}, //nolint:gosec // self-signed test server
 		ForceAttemptHTTP2: true,
 	}}
@@ -94,7 +104,7 @@ func TestSecureMetrics(t *testing.T) {
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
-		resp, err := client.Do(req)
+		resp, err := httpClient.Do(req)
 		if err != nil {
 			return 0, err.Error(), ""
 		}
@@ -133,6 +143,109 @@ func TestSecureMetrics(t *testing.T) {
 			t.Errorf("accepted scrape has no controller_runtime_reconcile_total: %s", short)
 		}
 	}
+
+	// An object's series come after the registry's, in one exposition that
+	// Prometheus's parser reads (Go's transport asks for gzip and unpacks it).
+	admin, err := client.New(cfg, client.Options{Scheme: Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Create(ctx, namespacedInference(ns)); err != nil {
+		t.Fatal(err)
+	}
+	series := `aiinference_phase{name="chat",namespace="` + ns + `",phase="Pending"}`
+	var body string
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(body, series); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s in the scrape:\n%s", series, body)
+		}
+		_, body, _ = scrape(scraper)
+	}
+	families, err := parseText(body)
+	if err != nil {
+		t.Fatalf("the scrape does not parse: %v", err)
+	}
+	for _, name := range []string{"controller_runtime_reconcile_total", "aiinference_phase", "aiinference_replicas_desired"} {
+		if families[name] == nil {
+			t.Errorf("the scrape has no family %s", name)
+		}
+	}
+}
+
+// TestObjectSeriesFollowTheRegistry: withObjectSeries answers in the text format
+// whatever the scraper asks for first, compresses only a successful scrape, and
+// adds nothing to an error or to another path.
+func TestObjectSeriesFollowTheRegistry(t *testing.T) {
+	objects := func(w io.Writer) error {
+		_, err := io.WriteString(w, "# HELP aiinference_phase test\n# TYPE aiinference_phase gauge\naiinference_phase{name=\"a\",namespace=\"b\",phase=\"Ready\"} 1\n")
+		return err
+	}
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "registry_gauge", Help: "test"}, func() float64 { return 2 }))
+	serve := func(reg *prometheus.Registry, path string, header http.Header) *http.Response {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		req.Header = header
+		withObjectSeries(promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}), objects, logr.Discard()).ServeHTTP(rec, req)
+		return rec.Result()
+	}
+	read := func(resp *http.Response) string {
+		t.Helper()
+		var body io.Reader = resp.Body
+		if resp.Header.Get("Content-Encoding") == "gzip" {
+			gz, err := gzip.NewReader(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body = gz
+		}
+		b, err := io.ReadAll(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	prometheusAsks := http.Header{
+		"Accept":          {"application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.6,application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.1"},
+		"Accept-Encoding": {"gzip"},
+	}
+	for name, header := range map[string]http.Header{"as Prometheus asks": prometheusAsks, "plain": {}} {
+		resp := serve(registry, "/metrics", header)
+		body := read(resp)
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
+			t.Fatalf("%s: %d %s", name, resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+		if gzipped := resp.Header.Get("Content-Encoding") == "gzip"; gzipped != (header.Get("Accept-Encoding") == "gzip") {
+			t.Errorf("%s: gzip %v", name, gzipped)
+		}
+		families, err := parseText(body)
+		if err != nil || families["registry_gauge"] == nil || families["aiinference_phase"] == nil {
+			t.Errorf("%s: want both families in one exposition, got %v:\n%s", name, err, body)
+		}
+	}
+
+	failing := prometheus.NewRegistry()
+	failing.MustRegister(failingCollector{prometheus.NewDesc("failing", "test", nil, nil)})
+	resp := serve(failing, "/metrics", prometheusAsks)
+	if body := read(resp); resp.StatusCode != http.StatusInternalServerError || strings.Contains(body, "aiinference_phase") {
+		t.Errorf("a failed gather: %d %q, want 500 and no object series", resp.StatusCode, body)
+	}
+	if body := read(serve(registry, "/other", http.Header{})); strings.Contains(body, "aiinference_phase") {
+		t.Errorf("another path got the object series: %q", body)
+	}
+}
+
+// failingCollector's gather fails, as a collector's can.
+type failingCollector struct{ desc *prometheus.Desc }
+
+func (c failingCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c failingCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.NewInvalidMetric(c.desc, errors.New("the source is gone"))
+}
+
+func parseText(body string) (map[string]*dto.MetricFamily, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	return parser.TextToMetricFamilies(strings.NewReader(body))
 }
 
 func containsMetric(body, name string) bool {

@@ -1,17 +1,19 @@
 package aiinference
 
 import (
+	"bufio"
+	"cmp"
+	"io"
 	"maps"
-	"regexp"
+	"math"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 )
@@ -23,68 +25,125 @@ import (
 // reasons); never a pod name. An object's series are removed when it is deleted.
 // docs/metrics.md lists them.
 //
-// Each object's figures are kept in one small struct (objectMemory) and turned
-// into series only when Prometheus scrapes (objectCollector), as kube-state-metrics
-// does: a client_golang vector child per series cost about 9 KB per object, most
+// Each object's figures are kept in one small struct (objectMemory) and written
+// out as series only when Prometheus scrapes (WriteObjectMetrics), as
+// kube-state-metrics does: a client_golang vector child per series cost about 9 KB per object, most
 // of the operator's memory per object at 1,000 objects.
 var (
-	objectLabels = []string{"namespace", "name"}
-
-	phaseDesc = prometheus.NewDesc("aiinference_phase",
-		"1 for the AIInference's current phase (Pending, Loading, Ready, Degraded, Failed, Canary), 0 for the others.",
-		append(objectLabels, "phase"), nil)
-	phaseSinceDesc = prometheus.NewDesc("aiinference_phase_transition_timestamp_seconds",
-		"Unix time at which the AIInference entered its current phase.", objectLabels, nil)
-	readyReasonDesc = prometheus.NewDesc("aiinference_ready_reason",
-		"1 for the reason of the AIInference's Ready condition (one series per object).", append(objectLabels, "reason"), nil)
-	desiredDesc = prometheus.NewDesc("aiinference_replicas_desired",
-		"Replicas the AIInference's spec asks for.", objectLabels, nil)
-	readyDesc = prometheus.NewDesc("aiinference_replicas_ready",
-		"Ready replicas of the AIInference, of the current spec or an earlier one (they serve traffic).", objectLabels, nil)
-	updatedDesc = prometheus.NewDesc("aiinference_replicas_updated",
-		"Replicas of the AIInference that run its current spec.", objectLabels, nil)
-	loadingTimeoutDesc = prometheus.NewDesc("aiinference_loading_timeout_seconds",
-		"The AIInference's loading.timeout: the bound on each stage of a load attempt.", objectLabels, nil)
-	loadDurationDesc = prometheus.NewDesc("aiinference_model_load_duration_seconds",
-		"Duration of completed model loads, from the loader's report (status.lastLoad).", objectLabels, nil)
-	loadBytesDesc = prometheus.NewDesc("aiinference_model_load_bytes",
-		"Size of the model in the last completed load (status.lastLoad.bytes).", objectLabels, nil)
-	loadFetchedDesc = prometheus.NewDesc("aiinference_model_load_fetched_bytes",
-		"Bytes the last completed load downloaded (0 on a cache hit).", objectLabels, nil)
-	loadThroughputDesc = prometheus.NewDesc("aiinference_model_load_throughput_bytes_per_second",
-		"Throughput of the last completed load: bytes downloaded over its duration.", objectLabels, nil)
-	timeToReadyDesc = prometheus.NewDesc("aiinference_time_to_ready_seconds",
-		"Time from a spec change (or creation) to Ready for that spec.", objectLabels, nil)
-	loadRetriesDesc = prometheus.NewDesc("aiinference_load_retries_total",
-		"Failed model loads counted against loading.maxRetries (increases of status.loadRetries).", objectLabels, nil)
-	failuresDesc = prometheus.NewDesc("aiinference_failures_total",
-		"Failures by reason: each time Ready enters a reason that needs a person (the Warning events), and each failed load by the loader's reason.",
-		append(objectLabels, "reason"), nil)
-	// canaryRollbacksDesc counts rollbacks, by analysis, failed loads or by hand;
-	// the alert AIInferenceCanaryRolledBack watches it.
-	canaryRollbacksDesc = prometheus.NewDesc("aiinference_canary_rollbacks_total",
-		"Canary rollouts of the AIInference rolled back (a failed analysis, the canary's loads stopped, or aborted by hand).", objectLabels, nil)
-	// rolloutDecisionsDesc counts the decisions of canary rollouts; decision is one
-	// of the words of status.rollout.history (13 values).
-	rolloutDecisionsDesc = prometheus.NewDesc("aiinference_rollout_decisions_total",
-		"Decisions of the AIInference's canary rollouts (CanaryStarted, StepStarted, AnalysisPassed, Promoted, RolledBack, ...).",
-		append(objectLabels, "decision"), nil)
-
-	objectDescs = []*prometheus.Desc{phaseDesc, phaseSinceDesc, readyReasonDesc, desiredDesc, readyDesc, updatedDesc,
-		loadingTimeoutDesc, loadDurationDesc, loadBytesDesc, loadFetchedDesc, loadThroughputDesc, timeToReadyDesc,
-		loadRetriesDesc, failuresDesc, canaryRollbacksDesc, rolloutDecisionsDesc}
-
 	loadDurationBuckets = bucketBounds{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200}
 	timeToReadyBuckets  = bucketBounds{5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400}
+	// The bounds as a scrape writes them in the le label, made once.
+	loadDurationLe, timeToReadyLe = loadDurationBuckets.leValues(), timeToReadyBuckets.leValues()
 )
+
+// objectFamilies are the per-object metrics, in the order a scrape writes them.
+var objectFamilies = []*objectFamily{
+	{name: "aiinference_phase", kind: "gauge",
+		help: "1 for the AIInference's current phase (Pending, Loading, Ready, Degraded, Failed, Canary), 0 for the others.",
+		series: func(e *exposition, mem *objectMemory) {
+			for _, p := range phases {
+				e.sample("", labelValue{name: "phase", value: string(p)}, boolValue(p == mem.phase))
+			}
+		}},
+	{name: "aiinference_phase_transition_timestamp_seconds", kind: "gauge",
+		help:   "Unix time at which the AIInference entered its current phase.",
+		series: func(e *exposition, mem *objectMemory) { e.sample("", labelValue{}, float64(mem.phaseSince.Unix())) }},
+	{name: "aiinference_ready_reason", kind: "gauge",
+		help: "1 for the reason of the AIInference's Ready condition (one series per object).",
+		series: func(e *exposition, mem *objectMemory) {
+			if mem.readyReason != "" {
+				e.sample("", labelValue{name: "reason", value: mem.readyReason}, 1)
+			}
+		}},
+	{name: "aiinference_replicas_desired", kind: "gauge",
+		help:   "Replicas the AIInference's spec asks for.",
+		series: func(e *exposition, mem *objectMemory) { e.sample("", labelValue{}, float64(mem.desired)) }},
+	{name: "aiinference_replicas_ready", kind: "gauge",
+		help:   "Ready replicas of the AIInference, of the current spec or an earlier one (they serve traffic).",
+		series: func(e *exposition, mem *objectMemory) { e.sample("", labelValue{}, float64(mem.ready)) }},
+	{name: "aiinference_replicas_updated", kind: "gauge",
+		help:   "Replicas of the AIInference that run its current spec.",
+		series: func(e *exposition, mem *objectMemory) { e.sample("", labelValue{}, float64(mem.updated)) }},
+	{name: "aiinference_loading_timeout_seconds", kind: "gauge",
+		help:   "The AIInference's loading.timeout: the bound on each stage of a load attempt.",
+		series: func(e *exposition, mem *objectMemory) { e.sample("", labelValue{}, mem.loadingTimeout.Seconds()) }},
+	{name: "aiinference_model_load_duration_seconds", kind: "histogram",
+		help: "Duration of completed model loads, from the loader's report (status.lastLoad).",
+		series: func(e *exposition, mem *objectMemory) {
+			if mem.loadDuration != nil {
+				e.histogram(mem.loadDuration, &loadDurationLe)
+			}
+		}},
+	{name: "aiinference_model_load_bytes", kind: "gauge",
+		help: "Size of the model in the last completed load (status.lastLoad.bytes).",
+		series: func(e *exposition, mem *objectMemory) {
+			if mem.hasLoad {
+				e.sample("", labelValue{}, float64(mem.lastLoad.bytes))
+			}
+		}},
+	{name: "aiinference_model_load_fetched_bytes", kind: "gauge",
+		help: "Bytes the last completed load downloaded (0 on a cache hit).",
+		series: func(e *exposition, mem *objectMemory) {
+			if mem.hasLoad {
+				e.sample("", labelValue{}, float64(mem.lastLoad.fetched))
+			}
+		}},
+	{name: "aiinference_model_load_throughput_bytes_per_second", kind: "gauge",
+		help: "Throughput of the last completed load: bytes downloaded over its duration.",
+		series: func(e *exposition, mem *objectMemory) {
+			if sec := mem.lastLoad.duration.Seconds(); mem.hasLoad && sec > 0 {
+				e.sample("", labelValue{}, float64(mem.lastLoad.fetched)/sec)
+			}
+		}},
+	{name: "aiinference_time_to_ready_seconds", kind: "histogram",
+		help: "Time from a spec change (or creation) to Ready for that spec.",
+		series: func(e *exposition, mem *objectMemory) {
+			if mem.timeToReady != nil {
+				e.histogram(mem.timeToReady, &timeToReadyLe)
+			}
+		}},
+	{name: "aiinference_load_retries_total", kind: "counter",
+		help: "Failed model loads counted against loading.maxRetries (increases of status.loadRetries).",
+		series: func(e *exposition, mem *objectMemory) {
+			if mem.loadRetriesTotal > 0 {
+				e.sample("", labelValue{}, mem.loadRetriesTotal)
+			}
+		}},
+	{name: "aiinference_failures_total", kind: "counter",
+		help: "Failures by reason: each time Ready enters a reason that needs a person (the Warning events), and each failed load by the loader's reason.",
+		series: func(e *exposition, mem *objectMemory) {
+			for _, reason := range e.sortedKeys(mem.failuresTotal) {
+				e.sample("", labelValue{name: "reason", value: reason}, mem.failuresTotal[reason])
+			}
+		}},
+	// The alert AIInferenceCanaryRolledBack watches this one.
+	{name: "aiinference_canary_rollbacks_total", kind: "counter",
+		help: "Canary rollouts of the AIInference rolled back (a failed analysis, the canary's loads stopped, or aborted by hand).",
+		series: func(e *exposition, mem *objectMemory) {
+			if mem.canaryRollbacksTotal > 0 {
+				e.sample("", labelValue{}, mem.canaryRollbacksTotal)
+			}
+		}},
+	// decision is one of the words of status.rollout.history (13 values).
+	{name: "aiinference_rollout_decisions_total", kind: "counter",
+		help: "Decisions of the AIInference's canary rollouts (CanaryStarted, StepStarted, AnalysisPassed, Promoted, RolledBack, ...).",
+		series: func(e *exposition, mem *objectMemory) {
+			for _, decision := range e.sortedKeys(mem.decisionsTotal) {
+				e.sample("", labelValue{name: "decision", value: decision, first: true}, mem.decisionsTotal[decision])
+			}
+		}},
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 var phases = [...]servingv1.Phase{servingv1.PhasePending, servingv1.PhaseLoading, servingv1.PhaseReady, servingv1.PhaseDegraded, servingv1.PhaseFailed, servingv1.PhaseCanary}
 
 var metricsState = &statusMetrics{objects: map[types.NamespacedName]*objectMemory{}}
-
-func init() {
-	ctrlmetrics.Registry.MustRegister(objectCollector{metricsState})
-}
 
 // statusMetrics turns status changes into metrics. Besides the figures status
 // holds, it remembers per object when its phase last changed and when it first
@@ -232,14 +291,19 @@ func (m *statusMetrics) forget(key types.NamespacedName) {
 	m.mu.Unlock()
 }
 
-// snapshot copies every object's figures, so that a scrape holds the lock only
-// for the copy.
-func (m *statusMetrics) snapshot() map[types.NamespacedName]objectMemory {
+// objectFigures is one object's figures as a scrape reads them.
+type objectFigures struct {
+	key types.NamespacedName
+	objectMemory
+}
+
+// snapshot copies every object's figures, sorted by namespace and name, so that
+// a scrape holds the lock only for the copy.
+func (m *statusMetrics) snapshot() []objectFigures {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make(map[types.NamespacedName]objectMemory, len(m.objects))
+	out := make([]objectFigures, 0, len(m.objects))
 	for key, mem := range m.objects {
-		c := *mem
+		c := objectFigures{key: key, objectMemory: *mem}
 		c.failuresTotal, c.decisionsTotal = maps.Clone(mem.failuresTotal), maps.Clone(mem.decisionsTotal)
 		if mem.loadDuration != nil {
 			h := *mem.loadDuration
@@ -249,193 +313,166 @@ func (m *statusMetrics) snapshot() map[types.NamespacedName]objectMemory {
 			h := *mem.timeToReady
 			c.timeToReady = &h
 		}
-		out[key] = c
+		out = append(out, c)
 	}
+	m.mu.Unlock()
+	slices.SortFunc(out, func(a, b objectFigures) int {
+		return cmp.Or(cmp.Compare(a.key.Namespace, b.key.Namespace), cmp.Compare(a.key.Name, b.key.Name))
+	})
 	return out
 }
 
-// objectCollector turns statusMetrics into series at scrape time.
-type objectCollector struct{ m *statusMetrics }
+// WriteObjectMetrics writes every AIInference's series in Prometheus's text
+// format (version 0.0.4), one family after another. The metrics endpoint writes
+// them after the registry's families, as the scrape goes out
+// (internal/manager/metrics.go): a registry gathers every series before it
+// writes any, which at 1,000 objects held 7.3 MB for the length of a scrape and
+// grew the garbage collector's goal by half of that again. Written this way, a
+// scrape holds a copy of the objects' figures and a buffer
+// (BenchmarkScrapeObjectMetrics).
+func WriteObjectMetrics(w io.Writer) error { return metricsState.writeText(w) }
 
-func (c objectCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range objectDescs {
-		ch <- d
-	}
-}
-
-func (c objectCollector) Collect(ch chan<- prometheus.Metric) {
-	s := newScrapeLabels()
-	for key, mem := range c.m.snapshot() {
-		series := s.objectSeries(key, &mem)
-		for i := range series {
-			ch <- &series[i]
+func (m *statusMetrics) writeText(w io.Writer) error {
+	objects := m.snapshot()
+	out := &exposition{w: bufio.NewWriterSize(w, 32<<10)}
+	for _, f := range objectFamilies {
+		out.family = f
+		out.headerWritten = false
+		for i := range objects {
+			out.object = &objects[i]
+			f.series(out, &objects[i].objectMemory)
 		}
 	}
+	return out.w.Flush()
 }
 
-// A scrape holds every series of every object at once: the registry gathers
-// them all before it writes any. At 1,000 objects client_golang's const metrics
-// allocated 17.4 MB in a gather and held 10.5 MB of it until the scrape was
-// written, which the garbage collector's goal then grew by half again: label
-// pairs made anew for each series, a map per histogram. Here an object's series
-// share its label pairs and read their values in place from one block per
-// object: 10.5 MB allocated, 7.3 MB held (BenchmarkScrapeObjectMetrics).
-
-// scrapeLabels are the label pairs one scrape shares between objects: the
-// phases, and the reasons and decisions it met. (A scrape may encode them as
-// protobuf, which writes into the messages, so scrapes do not share them.)
-type scrapeLabels struct {
-	phases             [len(phases)]*dto.LabelPair
-	reasons, decisions map[string]*dto.LabelPair // by value
+// objectFamily is one metric of every object: its name, help and type, and
+// the series one object has (series writes them through the exposition).
+type objectFamily struct {
+	name, help, kind string // kind: gauge, counter or histogram
+	series           func(e *exposition, mem *objectMemory)
 }
 
-func newScrapeLabels() *scrapeLabels {
-	s := &scrapeLabels{reasons: map[string]*dto.LabelPair{}, decisions: map[string]*dto.LabelPair{}}
-	for i, p := range phases {
-		s.phases[i] = labelPair("phase", string(p))
+// exposition writes the text format; its header for a family is written with
+// the family's first series, so that a family no object has is left out, as
+// client_golang's registry leaves it out.
+type exposition struct {
+	w             *bufio.Writer
+	family        *objectFamily
+	headerWritten bool
+	object        *objectFigures
+	num           []byte   // scratch for numbers
+	keys          []string // scratch for sortedKeys
+}
+
+// sample writes one series of the current object: name (the family's, or one of
+// a histogram's _bucket, _sum and _count), an optional label written before or
+// after the object's two (the labels stay sorted by name) and the value.
+func (e *exposition) sample(suffix string, label labelValue, v float64) {
+	if !e.headerWritten {
+		e.headerWritten = true
+		e.w.WriteString("# HELP " + e.family.name + " ")
+		writeEscaped(e.w, e.family.help, false)
+		e.w.WriteString("\n# TYPE " + e.family.name + " " + e.family.kind + "\n")
 	}
-	return s
-}
-
-func labelPair(name, value string) *dto.LabelPair {
-	return &dto.LabelPair{Name: &name, Value: &value}
-}
-
-// pair is the label pair name=value of pairs, made on first use.
-func pair(pairs map[string]*dto.LabelPair, name, value string) *dto.LabelPair {
-	p := pairs[value]
-	if p == nil {
-		p = labelPair(name, value)
-		pairs[value] = p
+	e.w.WriteString(e.family.name)
+	e.w.WriteString(suffix)
+	e.w.WriteByte('{')
+	if label.first {
+		e.label(label.name, label.value)
+		e.w.WriteByte(',')
 	}
-	return p
-}
-
-// objectMetric is one series of an object in a scrape. Its labels are sorted by
-// name, as the exposition wants them.
-type objectMetric struct {
-	desc   *prometheus.Desc
-	labels []*dto.LabelPair
-	kind   prometheus.ValueType // GaugeValue or CounterValue, unless hist is set
-	value  float64
-	hist   *histogramValues
-}
-
-func (m *objectMetric) Desc() *prometheus.Desc { return m.desc }
-
-func (m *objectMetric) Write(out *dto.Metric) error {
-	out.Label = m.labels
-	switch {
-	case m.hist != nil:
-		out.Histogram = m.hist.dto()
-	case m.kind == prometheus.CounterValue:
-		out.Counter = &dto.Counter{Value: &m.value}
-	default:
-		out.Gauge = &dto.Gauge{Value: &m.value}
+	e.label("name", e.object.key.Name)
+	e.w.WriteByte(',')
+	e.label("namespace", e.object.key.Namespace)
+	if label.name != "" && !label.first {
+		e.w.WriteByte(',')
+		e.label(label.name, label.value)
 	}
-	return nil
+	e.w.WriteString("} ")
+	e.num = appendFloat(e.num[:0], v)
+	e.w.Write(e.num)
+	e.w.WriteByte('\n')
 }
 
-// histogramValues is a histogram as the exposition reads it: cumulative counts
-// by upper bound (+Inf is the count).
-type histogramValues struct {
-	count      uint64
-	sum        float64
-	cumulative [len(bucketBounds{})]uint64
-	buckets    [len(bucketBounds{})]dto.Bucket
-	bucketPtrs [len(bucketBounds{})]*dto.Bucket
+func (e *exposition) label(name, value string) {
+	e.w.WriteString(name)
+	e.w.WriteString(`="`)
+	writeEscaped(e.w, value, true)
+	e.w.WriteByte('"')
 }
 
-func (h *histogramValues) set(from *histogram, bounds *bucketBounds) {
-	h.count, h.sum = from.count, from.sum
+// histogram writes h's cumulative buckets, its sum and its count; le are its
+// bounds as the le label writes them.
+func (e *exposition) histogram(h *histogram, le *[len(bucketBounds{})]string) {
 	var n uint64
-	for i := range bounds {
-		n += uint64(from.counts[i])
-		h.cumulative[i] = n
-		h.buckets[i] = dto.Bucket{CumulativeCount: &h.cumulative[i], UpperBound: &bounds[i]}
-		h.bucketPtrs[i] = &h.buckets[i]
+	for i, upper := range le {
+		n += uint64(h.counts[i])
+		e.sample("_bucket", labelValue{name: "le", value: upper}, float64(n))
 	}
+	e.sample("_bucket", labelValue{name: "le", value: "+Inf"}, float64(h.count))
+	e.sample("_sum", labelValue{}, h.sum)
+	e.sample("_count", labelValue{}, float64(h.count))
 }
 
-func (h *histogramValues) dto() *dto.Histogram {
-	return &dto.Histogram{SampleCount: &h.count, SampleSum: &h.sum, Bucket: h.bucketPtrs[:]}
+// labelValue is a series' label besides namespace and name; first puts it before
+// them (a name that sorts before "name").
+type labelValue struct {
+	name, value string
+	first       bool
 }
 
-// objectBlock is everything one object's series of a scrape point at.
-type objectBlock struct {
-	namespace, name           dto.LabelPair
-	base                      [2]*dto.LabelPair // name, namespace
-	withPhase                 [len(phases)][3]*dto.LabelPair
-	loadDuration, timeToReady histogramValues
-	metrics                   []objectMetric
+// appendFloat formats v as the text format does.
+func appendFloat(b []byte, v float64) []byte {
+	switch {
+	case math.IsInf(v, 1):
+		return append(b, "+Inf"...)
+	case math.IsInf(v, -1):
+		return append(b, "-Inf"...)
+	case math.IsNaN(v):
+		return append(b, "NaN"...)
+	}
+	return strconv.AppendFloat(b, v, 'g', -1, 64)
 }
 
-// objectSeries are the series of the object key whose figures are mem.
-func (s *scrapeLabels) objectSeries(key types.NamespacedName, mem *objectMemory) []objectMetric {
-	b := &objectBlock{}
-	b.namespace = dto.LabelPair{Name: &objectLabels[0], Value: &key.Namespace}
-	b.name = dto.LabelPair{Name: &objectLabels[1], Value: &key.Name}
-	b.base = [2]*dto.LabelPair{&b.name, &b.namespace}
-	base := b.base[:]
-	// With one more label: sorted, "decision" goes first, "phase" and "reason" last.
-	after := func(p *dto.LabelPair) []*dto.LabelPair { return []*dto.LabelPair{&b.name, &b.namespace, p} }
-	before := func(p *dto.LabelPair) []*dto.LabelPair { return []*dto.LabelPair{p, &b.name, &b.namespace} }
-
-	b.metrics = make([]objectMetric, 0, len(phases)+len(objectDescs)+len(mem.failuresTotal)+len(mem.decisionsTotal))
-	gauge := func(desc *prometheus.Desc, v float64, labels []*dto.LabelPair) {
-		b.metrics = append(b.metrics, objectMetric{desc: desc, labels: labels, kind: prometheus.GaugeValue, value: v})
-	}
-	counter := func(desc *prometheus.Desc, v float64, labels []*dto.LabelPair) {
-		b.metrics = append(b.metrics, objectMetric{desc: desc, labels: labels, kind: prometheus.CounterValue, value: v})
-	}
-	for i, p := range phases {
-		v := 0.0
-		if p == mem.phase {
-			v = 1
-		}
-		b.withPhase[i] = [3]*dto.LabelPair{&b.name, &b.namespace, s.phases[i]}
-		gauge(phaseDesc, v, b.withPhase[i][:])
-	}
-	gauge(phaseSinceDesc, float64(mem.phaseSince.Unix()), base)
-	if mem.readyReason != "" {
-		gauge(readyReasonDesc, 1, after(pair(s.reasons, "reason", mem.readyReason)))
-	}
-	gauge(desiredDesc, float64(mem.desired), base)
-	gauge(readyDesc, float64(mem.ready), base)
-	gauge(updatedDesc, float64(mem.updated), base)
-	gauge(loadingTimeoutDesc, mem.loadingTimeout.Seconds(), base)
-	if mem.hasLoad {
-		gauge(loadBytesDesc, float64(mem.lastLoad.bytes), base)
-		gauge(loadFetchedDesc, float64(mem.lastLoad.fetched), base)
-		if sec := mem.lastLoad.duration.Seconds(); sec > 0 {
-			gauge(loadThroughputDesc, float64(mem.lastLoad.fetched)/sec, base)
+// writeEscaped writes s with the text format's escapes: a backslash and a line
+// break always, a double quote in label values.
+func writeEscaped(w *bufio.Writer, s string, quote bool) {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\':
+			w.WriteString(`\\`)
+		case c == '\n':
+			w.WriteString(`\n`)
+		case c == '"' && quote:
+			w.WriteString(`\"`)
+		default:
+			w.WriteByte(c)
 		}
 	}
-	if mem.loadDuration != nil {
-		b.loadDuration.set(mem.loadDuration, &loadDurationBuckets)
-		b.metrics = append(b.metrics, objectMetric{desc: loadDurationDesc, labels: base, hist: &b.loadDuration})
+}
+
+// sortedKeys are m's keys in order, so that a scrape's series are too. They are
+// good until the next call.
+func (e *exposition) sortedKeys(m map[string]float64) []string {
+	e.keys = e.keys[:0]
+	for k := range m {
+		e.keys = append(e.keys, k)
 	}
-	if mem.timeToReady != nil {
-		b.timeToReady.set(mem.timeToReady, &timeToReadyBuckets)
-		b.metrics = append(b.metrics, objectMetric{desc: timeToReadyDesc, labels: base, hist: &b.timeToReady})
-	}
-	if mem.loadRetriesTotal > 0 {
-		counter(loadRetriesDesc, mem.loadRetriesTotal, base)
-	}
-	for reason, v := range mem.failuresTotal {
-		counter(failuresDesc, v, after(pair(s.reasons, "reason", reason)))
-	}
-	if mem.canaryRollbacksTotal > 0 {
-		counter(canaryRollbacksDesc, mem.canaryRollbacksTotal, base)
-	}
-	for decision, v := range mem.decisionsTotal {
-		counter(rolloutDecisionsDesc, v, before(pair(s.decisions, "decision", decision)))
-	}
-	return b.metrics
+	slices.Sort(e.keys)
+	return e.keys
 }
 
 // bucketBounds are a histogram's upper bounds; +Inf is implied.
 type bucketBounds [12]float64
+
+func (b *bucketBounds) leValues() [len(bucketBounds{})]string {
+	var le [len(bucketBounds{})]string
+	for i, upper := range b {
+		le[i] = string(appendFloat(nil, upper))
+	}
+	return le
+}
 
 // histogram is one object's histogram: a few observations in its life, so a count
 // per bucket rather than client_golang's histogram (about 1 KB each).
@@ -464,13 +501,9 @@ func (h *histogram) observe(bounds *bucketBounds, v float64) *histogram {
 // MetricNames are the names of the operator's own metrics (histograms without
 // their _bucket, _sum and _count series).
 func MetricNames() []string {
-	var names []string
-	for _, d := range objectDescs {
-		if m := fqName.FindStringSubmatch(d.String()); m != nil {
-			names = append(names, m[1])
-		}
+	names := make([]string, len(objectFamilies))
+	for i, f := range objectFamilies {
+		names[i] = f.name
 	}
 	return names
 }
-
-var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -53,7 +53,7 @@ func TestStatusMetrics(t *testing.T) {
 	m.record(obj, &loading, &ready, now)
 	m.record(obj, &ready, &ready, now.Add(time.Minute)) // an unchanged pass counts nothing again
 
-	text := scrape(t, m, "aiinference_")
+	text := scrape(t, m)
 	for _, series := range []string{
 		`aiinference_phase{name="llm",namespace="metrics-ns",phase="Ready"} 1`,
 		`aiinference_phase{name="llm",namespace="metrics-ns",phase="Loading"} 0`,
@@ -87,29 +87,23 @@ func TestStatusMetrics(t *testing.T) {
 	ready2 := *ready.DeepCopy()
 	ready2.Conditions = []metav1.Condition{readyCond(metav1.ConditionTrue, servingv1.ReasonReady, 2, now.Add(3*time.Minute))}
 	m.record(obj, &rolling, &ready2, now.Add(3*time.Minute))
-	g.Expect(scrape(t, m, "aiinference_time_to_ready")).To(ContainSubstring(`aiinference_time_to_ready_seconds_sum{name="llm",namespace="metrics-ns"} 300`))
+	g.Expect(scrape(t, m)).To(ContainSubstring(`aiinference_time_to_ready_seconds_sum{name="llm",namespace="metrics-ns"} 300`))
 
 	m.forget(types.NamespacedName{Namespace: "metrics-ns", Name: "llm"})
-	g.Expect(scrape(t, m, "aiinference_")).NotTo(ContainSubstring(`namespace="metrics-ns"`), "a deleted object's series are gone")
+	g.Expect(scrape(t, m)).NotTo(ContainSubstring(`namespace="metrics-ns"`), "a deleted object's series are gone")
 }
 
-// scrape is the text exposition of m's families whose name starts with prefix.
-func scrape(t *testing.T, m *statusMetrics, prefix string) string {
+// scrape is the text exposition of m's series, after checking that Prometheus's
+// parser reads it.
+func scrape(t *testing.T, m *statusMetrics) string {
 	t.Helper()
-	registry := prometheus.NewPedanticRegistry()
-	registry.MustRegister(objectCollector{m})
-	families, err := registry.Gather()
-	if err != nil {
+	var buf bytes.Buffer
+	if err := m.writeText(&buf); err != nil {
 		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
-	for _, f := range families {
-		if strings.HasPrefix(f.GetName(), prefix) {
-			if err := enc.Encode(f); err != nil {
-				t.Fatal(err)
-			}
-		}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	if _, err := parser.TextToMetricFamilies(bytes.NewReader(buf.Bytes())); err != nil {
+		t.Fatalf("the scrape does not parse: %v\n%s", err, buf.String())
 	}
 	return buf.String()
 }
@@ -130,7 +124,7 @@ func TestMetricNamesPassPromtool(t *testing.T) {
 	m.countDecisions(types.NamespacedName{Namespace: "lint-ns", Name: "llm"}, []servingv1.RolloutDecision{{Decision: decisionRolledBack}})
 	defer m.forget(types.NamespacedName{Namespace: "lint-ns", Name: "llm"})
 
-	text := scrape(t, m, "aiinference_")
+	text := scrape(t, m)
 	t.Logf("the operator's own series in one scrape:\n%s", text)
 	for _, name := range []string{"aiinference_phase", "aiinference_model_load_duration_seconds_bucket", "aiinference_time_to_ready_seconds_bucket",
 		"aiinference_failures_total", "aiinference_load_retries_total", "aiinference_canary_rollbacks_total", "aiinference_model_load_throughput_bytes_per_second"} {
@@ -161,19 +155,10 @@ func BenchmarkScrapeObjectMetrics(b *testing.B) {
 			Conditions: []metav1.Condition{readyCond(metav1.ConditionTrue, servingv1.ReasonReady, 1, now)}}
 		m.record(obj, &loading, &ready, now)
 	}
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(objectCollector{m})
 	b.ReportAllocs()
 	for b.Loop() {
-		families, err := registry.Gather()
-		if err != nil {
+		if err := m.writeText(io.Discard); err != nil {
 			b.Fatal(err)
-		}
-		enc := expfmt.NewEncoder(io.Discard, expfmt.NewFormat(expfmt.TypeTextPlain))
-		for _, f := range families {
-			if err := enc.Encode(f); err != nil {
-				b.Fatal(err)
-			}
 		}
 	}
 }
