@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
+	eventsv1client "k8s.io/client-go/kubernetes/typed/events/v1"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -27,6 +28,7 @@ import (
 	servingv1 "github.com/aiinference/operator/api/v1"
 	servingv1alpha1 "github.com/aiinference/operator/api/v1alpha1"
 	"github.com/aiinference/operator/internal/controller/aiinference"
+	"github.com/aiinference/operator/internal/eventrecorder"
 	"github.com/aiinference/operator/internal/version"
 	"github.com/aiinference/operator/internal/webhook"
 )
@@ -183,11 +185,19 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	eventsClient, err := eventsv1client.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return nil, err
+	}
+	events := eventrecorder.New(eventsClient, scheme, "aiinference-operator", mgr.GetLogger().WithName("events"))
+	if err := mgr.Add(events); err != nil {
+		return nil, err
+	}
 	r := &aiinference.Reconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		Scheme:    scheme,
-		Recorder:  mgr.GetEventRecorder("aiinference-operator"),
+		Recorder:  events,
 		Options:   aiinference.Options{LoaderImage: opts.LoaderImage, PrometheusURL: opts.PrometheusURL},
 		Logs:      aiinference.PodLogs{Client: clientset},
 		Analyzer:  aiinference.PrometheusAnalyzer,
