@@ -47,7 +47,7 @@ var objectFamilies = []*objectFamily{
 		}},
 	{name: "aiinference_phase_transition_timestamp_seconds", kind: "gauge",
 		help:   "Unix time at which the AIInference entered its current phase.",
-		series: func(e *exposition, mem *objectMemory) { e.sample("", labelValue{}, float64(mem.phaseSince.Unix())) }},
+		series: one(func(mem *objectMemory) float64 { return float64(mem.phaseSince.Unix()) })},
 	{name: "aiinference_ready_reason", kind: "gauge",
 		help: "1 for the reason of the AIInference's Ready condition (one series per object).",
 		series: func(e *exposition, mem *objectMemory) {
@@ -57,37 +57,25 @@ var objectFamilies = []*objectFamily{
 		}},
 	{name: "aiinference_replicas_desired", kind: "gauge",
 		help:   "Replicas the AIInference's spec asks for.",
-		series: func(e *exposition, mem *objectMemory) { e.sample("", labelValue{}, float64(mem.desired)) }},
+		series: one(func(mem *objectMemory) float64 { return float64(mem.desired) })},
 	{name: "aiinference_replicas_ready", kind: "gauge",
 		help:   "Ready replicas of the AIInference, of the current spec or an earlier one (they serve traffic).",
-		series: func(e *exposition, mem *objectMemory) { e.sample("", labelValue{}, float64(mem.ready)) }},
+		series: one(func(mem *objectMemory) float64 { return float64(mem.ready) })},
 	{name: "aiinference_replicas_updated", kind: "gauge",
 		help:   "Replicas of the AIInference that run its current spec.",
-		series: func(e *exposition, mem *objectMemory) { e.sample("", labelValue{}, float64(mem.updated)) }},
+		series: one(func(mem *objectMemory) float64 { return float64(mem.updated) })},
 	{name: "aiinference_loading_timeout_seconds", kind: "gauge",
 		help:   "The AIInference's loading.timeout: the bound on each stage of a load attempt.",
-		series: func(e *exposition, mem *objectMemory) { e.sample("", labelValue{}, mem.loadingTimeout.Seconds()) }},
+		series: one(func(mem *objectMemory) float64 { return mem.loadingTimeout.Seconds() })},
 	{name: "aiinference_model_load_duration_seconds", kind: "histogram",
-		help: "Duration of completed model loads, from the loader's report (status.lastLoad).",
-		series: func(e *exposition, mem *objectMemory) {
-			if mem.loadDuration != nil {
-				e.histogram(mem.loadDuration, &loadDurationLe)
-			}
-		}},
+		help:   "Duration of completed model loads, from the loader's report (status.lastLoad).",
+		series: histogramOf(func(mem *objectMemory) *histogram { return mem.loadDuration }, &loadDurationLe)},
 	{name: "aiinference_model_load_bytes", kind: "gauge",
-		help: "Size of the model in the last completed load (status.lastLoad.bytes).",
-		series: func(e *exposition, mem *objectMemory) {
-			if mem.hasLoad {
-				e.sample("", labelValue{}, float64(mem.lastLoad.bytes))
-			}
-		}},
+		help:   "Size of the model in the last completed load (status.lastLoad.bytes).",
+		series: oneOnceLoaded(func(load *loadFigures) float64 { return float64(load.bytes) })},
 	{name: "aiinference_model_load_fetched_bytes", kind: "gauge",
-		help: "Bytes the last completed load downloaded (0 on a cache hit).",
-		series: func(e *exposition, mem *objectMemory) {
-			if mem.hasLoad {
-				e.sample("", labelValue{}, float64(mem.lastLoad.fetched))
-			}
-		}},
+		help:   "Bytes the last completed load downloaded (0 on a cache hit).",
+		series: oneOnceLoaded(func(load *loadFigures) float64 { return float64(load.fetched) })},
 	{name: "aiinference_model_load_throughput_bytes_per_second", kind: "gauge",
 		help: "Throughput of the last completed load: bytes downloaded over its duration.",
 		series: func(e *exposition, mem *objectMemory) {
@@ -96,42 +84,67 @@ var objectFamilies = []*objectFamily{
 			}
 		}},
 	{name: "aiinference_time_to_ready_seconds", kind: "histogram",
-		help: "Time from a spec change (or creation) to Ready for that spec.",
-		series: func(e *exposition, mem *objectMemory) {
-			if mem.timeToReady != nil {
-				e.histogram(mem.timeToReady, &timeToReadyLe)
-			}
-		}},
+		help:   "Time from a spec change (or creation) to Ready for that spec.",
+		series: histogramOf(func(mem *objectMemory) *histogram { return mem.timeToReady }, &timeToReadyLe)},
 	{name: "aiinference_load_retries_total", kind: "counter",
-		help: "Failed model loads counted against loading.maxRetries (increases of status.loadRetries).",
-		series: func(e *exposition, mem *objectMemory) {
-			if mem.loadRetriesTotal > 0 {
-				e.sample("", labelValue{}, mem.loadRetriesTotal)
-			}
-		}},
+		help:   "Failed model loads counted against loading.maxRetries (increases of status.loadRetries).",
+		series: oneOnceCounted(func(mem *objectMemory) float64 { return mem.loadRetriesTotal })},
 	{name: "aiinference_failures_total", kind: "counter",
-		help: "Failures by reason: each time Ready enters a reason that needs a person (the Warning events), and each failed load by the loader's reason.",
-		series: func(e *exposition, mem *objectMemory) {
-			for _, reason := range e.sortedKeys(mem.failuresTotal) {
-				e.sample("", labelValue{name: "reason", value: reason}, mem.failuresTotal[reason])
-			}
-		}},
+		help:   "Failures by reason: each time Ready enters a reason that needs a person (the Warning events), and each failed load by the loader's reason.",
+		series: byLabel("reason", false, func(mem *objectMemory) map[string]float64 { return mem.failuresTotal })},
 	// The alert AIInferenceCanaryRolledBack watches this one.
 	{name: "aiinference_canary_rollbacks_total", kind: "counter",
-		help: "Canary rollouts of the AIInference rolled back (a failed analysis, the canary's loads stopped, or aborted by hand).",
-		series: func(e *exposition, mem *objectMemory) {
-			if mem.canaryRollbacksTotal > 0 {
-				e.sample("", labelValue{}, mem.canaryRollbacksTotal)
-			}
-		}},
+		help:   "Canary rollouts of the AIInference rolled back (a failed analysis, the canary's loads stopped, or aborted by hand).",
+		series: oneOnceCounted(func(mem *objectMemory) float64 { return mem.canaryRollbacksTotal })},
 	// decision is one of the words of status.rollout.history (13 values).
 	{name: "aiinference_rollout_decisions_total", kind: "counter",
-		help: "Decisions of the AIInference's canary rollouts (CanaryStarted, StepStarted, AnalysisPassed, Promoted, RolledBack, ...).",
-		series: func(e *exposition, mem *objectMemory) {
-			for _, decision := range e.sortedKeys(mem.decisionsTotal) {
-				e.sample("", labelValue{name: "decision", value: decision, first: true}, mem.decisionsTotal[decision])
-			}
-		}},
+		help:   "Decisions of the AIInference's canary rollouts (CanaryStarted, StepStarted, AnalysisPassed, Promoted, RolledBack, ...).",
+		series: byLabel("decision", true, func(mem *objectMemory) map[string]float64 { return mem.decisionsTotal })},
+}
+
+// one is a family of one series per object, valued by value.
+func one(value func(*objectMemory) float64) func(*exposition, *objectMemory) {
+	return func(e *exposition, mem *objectMemory) { e.sample("", labelValue{}, value(mem)) }
+}
+
+// oneOnceCounted is a counter's family whose series an object has once it has
+// counted something.
+func oneOnceCounted(value func(*objectMemory) float64) func(*exposition, *objectMemory) {
+	return func(e *exposition, mem *objectMemory) {
+		if v := value(mem); v > 0 {
+			e.sample("", labelValue{}, v)
+		}
+	}
+}
+
+// oneOnceLoaded is a family whose series an object has once a load completed.
+func oneOnceLoaded(value func(*loadFigures) float64) func(*exposition, *objectMemory) {
+	return func(e *exposition, mem *objectMemory) {
+		if mem.hasLoad {
+			e.sample("", labelValue{}, value(&mem.lastLoad))
+		}
+	}
+}
+
+// histogramOf is a histogram's family, whose series an object has once it has
+// observed something; le are the bounds as the le label writes them.
+func histogramOf(h func(*objectMemory) *histogram, le *[len(bucketBounds{})]string) func(*exposition, *objectMemory) {
+	return func(e *exposition, mem *objectMemory) {
+		if h := h(mem); h != nil {
+			e.histogram(h, le)
+		}
+	}
+}
+
+// byLabel is a family of a series per key of counts, the key in label (first:
+// written before namespace and name, as a name sorting before theirs is).
+func byLabel(label string, first bool, counts func(*objectMemory) map[string]float64) func(*exposition, *objectMemory) {
+	return func(e *exposition, mem *objectMemory) {
+		m := counts(mem)
+		for _, key := range e.sortedKeys(m) {
+			e.sample("", labelValue{name: label, value: key, first: first}, m[key])
+		}
+	}
 }
 
 func boolValue(b bool) float64 {
