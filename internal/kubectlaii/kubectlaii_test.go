@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -244,6 +245,15 @@ func TestFailed(t *testing.T) {
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "llm-7d9f-xyz", Namespace: ns}, Type: corev1.EventTypeWarning, Reason: "BackOff",
 		Message: "Back-off restarting failed container model-loader", LastTimestamp: failedAt, Count: 3}))
 	expectAll(t, aii(t, "trace", "llm", "-n", ns), "Created", "Ready=False", "LoadFailed", "BackOff", "(x3)", "status.lastFailure")
+
+	// The operator's events are events.k8s.io/v1: a repeat is counted in the
+	// Event's series, which the trace shows as well.
+	must(t, k8s.Create(context.Background(), &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "llm.repeated"},
+		EventTime: metav1.NewMicroTime(failedAt.Add(-time.Minute)), ReportingController: "aiinference-operator", ReportingInstance: "aiinference-operator-test",
+		Action: "Reconcile", Reason: "RetryingLoad", Note: "the load failed; retrying", Type: corev1.EventTypeWarning,
+		Regarding: corev1.ObjectReference{Kind: "Pod", Name: "llm-7d9f-xyz", Namespace: ns},
+		Series:    &eventsv1.EventSeries{Count: 4, LastObservedTime: metav1.NewMicroTime(failedAt.Time)}}))
+	expectAll(t, aii(t, "trace", "llm", "-n", ns), "RetryingLoad", "the load failed; retrying (x4)")
 }
 
 func TestUnschedulableCountsGPUs(t *testing.T) {

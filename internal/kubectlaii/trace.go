@@ -77,10 +77,7 @@ func (e *env) trace(name string) error {
 			return fmt.Errorf("listing events: %w", err)
 		}
 		for _, ev := range events.Items {
-			what := strings.TrimSpace(ev.Message)
-			if ev.Count > 1 {
-				what += fmt.Sprintf(" (x%d)", ev.Count)
-			}
+			what := strings.TrimSpace(ev.Message) + timesSeen(ev)
 			source := inv.kind
 			if inv.kind != "AIInference" {
 				source += " " + inv.name

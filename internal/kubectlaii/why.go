@@ -397,15 +397,35 @@ func (e *env) lastWarning(kind, name, namespace string) *Link {
 	if err != nil || len(events.Items) == 0 {
 		return nil
 	}
-	sort.Slice(events.Items, func(i, j int) bool { return eventTime(events.Items[i]).Before(eventTime(events.Items[j])) })
+	sort.Slice(events.Items, func(i, j int) bool { return lastSeen(events.Items[i]).Before(lastSeen(events.Items[j])) })
 	ev := events.Items[len(events.Items)-1]
-	detail := fmt.Sprintf("Warning %s: %s", ev.Reason, strings.TrimSpace(ev.Message))
-	if ev.Count > 1 {
-		detail += fmt.Sprintf(" (x%d)", ev.Count)
-	}
+	detail := fmt.Sprintf("Warning %s: %s", ev.Reason, strings.TrimSpace(ev.Message)) + timesSeen(ev)
 	return &Link{"Event", ev.Source.Component + ev.ReportingController, detail}
 }
 
+// lastSeen is when ev last happened: an events.k8s.io series' last sighting,
+// or its one time.
+func lastSeen(ev corev1.Event) time.Time {
+	if ev.Series != nil && !ev.Series.LastObservedTime.IsZero() {
+		return ev.Series.LastObservedTime.Time
+	}
+	return eventTime(ev)
+}
+
+// timesSeen is " (xN)" for an event seen N > 1 times, counted in its series
+// (events.k8s.io) or its count (core/v1), else "".
+func timesSeen(ev corev1.Event) string {
+	n := ev.Count
+	if ev.Series != nil && ev.Series.Count > n {
+		n = ev.Series.Count
+	}
+	if n > 1 {
+		return fmt.Sprintf(" (x%d)", n)
+	}
+	return ""
+}
+
+// eventTime is when ev (first) happened.
 func eventTime(ev corev1.Event) time.Time {
 	switch {
 	case !ev.EventTime.IsZero():
