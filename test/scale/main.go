@@ -56,6 +56,7 @@ func main() {
 		return nil
 	})
 	flag.BoolVar(&traceReconciles, "trace", false, "trace the operator's reconciles (its --otlp-endpoint, to a receiver in the bench) and print where the slowest 1% of them spend their time, step by step; tracing costs time of its own, so the other figures of such a run are not the headline ones")
+	flag.Float64Var(&arrivalRate, "arrival-rate", 0, "objects applied per second, for the baseline and the operator alike; 0 applies them all at once (the headline run). A paced run shows what a reconcile costs when the API server is not answering a burst")
 	flag.Parse()
 	ctrl.SetLogger(logr.Discard()) // the clients' own logs would drown the figures
 	if err := run(sizes); err != nil {
@@ -74,6 +75,24 @@ var traceReconciles bool
 
 // operatorEnv is -operator-env.
 var operatorEnv []string
+
+// arrivalRate is -arrival-rate.
+var arrivalRate float64
+
+// paced calls create for each of n objects, arrivalRate a second (all at once
+// when it is 0).
+func paced(n int, create func(i int) error) error {
+	start := time.Now()
+	for i := range n {
+		if arrivalRate > 0 {
+			time.Sleep(time.Until(start.Add(time.Duration(float64(i) / arrivalRate * float64(time.Second)))))
+		}
+		if err := create(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // result is one run's figures.
 type result struct {
@@ -155,6 +174,9 @@ func runOne(root, bin, work string, n int) (result, error) {
 	if len(operatorEnv) > 0 {
 		fmt.Fprintf(os.Stderr, "The operator runs with %s\n", strings.Join(operatorEnv, " "))
 	}
+	if arrivalRate > 0 {
+		fmt.Fprintf(os.Stderr, "Objects arrive %g a second\n", arrivalRate)
+	}
 	cluster, err := localcluster.Start(ctx, localcluster.Options{
 		RepoRoot: root, KubeletDelayScale: 0.1, StartTimeout: 10 * time.Minute,
 		NodePools: []localcluster.NodePool{{Name: "gpu", Count: nodes, GPUProduct: localcluster.GPUProductL4, GPUCount: gpusPerNode,
@@ -187,15 +209,15 @@ func runOne(root, bin, work string, n int) (result, error) {
 		return r, err
 	}
 	begin := time.Now()
-	for _, obj := range objects {
-		d, err := aiinference.DesiredDeployment(obj, aiinference.Options{LoaderImage: "example.test/model-loader:bench"})
+	if err := paced(n, func(i int) error {
+		d, err := aiinference.DesiredDeployment(objects[i], aiinference.Options{LoaderImage: "example.test/model-loader:bench"})
 		if err != nil {
-			return r, err
+			return err
 		}
 		d.Namespace = "baseline"
-		if err := k8s.Create(ctx, d); err != nil {
-			return r, err
-		}
+		return k8s.Create(ctx, d)
+	}); err != nil {
+		return r, err
 	}
 	if err := waitAll(ctx, "baseline Deployments ready", n, func() (int, error) { return readyDeployments(ctx, k8s, "baseline") }); err != nil {
 		return r, err
@@ -230,10 +252,8 @@ func runOne(root, bin, work string, n int) (result, error) {
 	}
 	begin = time.Now()
 	stopPeakProfiles := op.profilePeaks(fmt.Sprintf("heap-%d-peak.pb.gz", n), begin)
-	for _, obj := range objects {
-		if err := k8s.Create(ctx, obj.DeepCopy()); err != nil {
-			return r, err
-		}
+	if err := paced(n, func(i int) error { return k8s.Create(ctx, objects[i].DeepCopy()) }); err != nil {
+		return r, err
 	}
 	if err := waitAll(ctx, "AIInference objects Ready", n, func() (int, error) { return readyObjects(ctx, k8s, "bench") }); err != nil {
 		return r, err
