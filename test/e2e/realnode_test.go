@@ -20,7 +20,6 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	"golang.org/x/sync/semaphore"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -70,7 +69,29 @@ func needRealNode(t *testing.T) *localcluster.ObjectStore {
 const realNodes = 2
 
 // realPods are the pods the real nodes hold at once, for reserveRealPods.
-var realPods = semaphore.NewWeighted(int64(realNodes * runtime.NumCPU()))
+var realPods = newRoom(int64(realNodes * runtime.NumCPU()))
+
+// roomHeld is about how long each real-node test holds its room in a whole
+// suite run (their logs, 2026-12-04): the room lets the heaviest in first. A
+// test not listed counts as roomHeldUnknown.
+var roomHeld = map[string]time.Duration{
+	"TestRealNodeFailureReasons/real-image-pull":        40 * time.Second,
+	"TestRealNodeRetryableFailureIsBounded":             38 * time.Second,
+	"TestRealNodeWarmupGateHoldsABrokenEngine":          35 * time.Second,
+	"TestRealNodeRollingUpdateDropsNoRequest":           30 * time.Second,
+	"TestRealNodeRestrictedPodsRunAsNonRoot":            28 * time.Second,
+	"TestRealNodeFailureReasons/real-warmup-failing":    20 * time.Second,
+	"TestRealNodeFailureReasons/real-loader-oom":        17 * time.Second,
+	"TestRealNodeEngineThatCannotStart":                 12 * time.Second,
+	"TestRealNodeFailureReasons/real-engine-crash-loop": 11 * time.Second,
+	"TestRealNodeFailureReasons/real-model-not-found":   10 * time.Second,
+	"TestRealNodeFailureReasons/real-access-denied":     9 * time.Second,
+	"TestRealNodeFullLoad":                              9 * time.Second,
+	"TestAdmissionPolicyOnTheLocalCluster":              7 * time.Second,
+	"TestRealNodeCorruptionStopsDownloads":              5 * time.Second,
+}
+
+const roomHeldUnknown = 10 * time.Second
 
 // reserveRealPods waits until the real nodes have room for n more pods of the
 // operator and keeps it for the test until its cleanups registered from now on
@@ -78,14 +99,16 @@ var realPods = semaphore.NewWeighted(int64(realNodes * runtime.NumCPU()))
 // of CPU, and run into their timeouts.
 func reserveRealPods(t *testing.T, n int64) {
 	t.Helper()
-	asked := time.Now()
-	if err := realPods.Acquire(context.Background(), n); err != nil {
-		t.Fatal(err)
+	held, ok := roomHeld[t.Name()]
+	if !ok {
+		held = roomHeldUnknown
 	}
+	asked := time.Now()
+	realPods.acquire(n, time.Duration(n)*held)
 	got := time.Now()
 	t.Logf("real-node room for %d pods after %s", n, got.Sub(asked).Round(100*time.Millisecond))
 	t.Cleanup(func() {
-		realPods.Release(n)
+		realPods.release(n)
 		t.Logf("real-node room for %d pods held %s", n, time.Since(got).Round(100*time.Millisecond))
 	})
 }
