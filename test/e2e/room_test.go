@@ -83,6 +83,7 @@ func (r *room) letIn() {
 // TestRoomLetsTheHeaviestInFirst: of the tests that ask together, the heaviest
 // goes first; a small one fills room a bigger one cannot use yet.
 func TestRoomLetsTheHeaviestInFirst(t *testing.T) {
+	t.Parallel() // it needs no cluster, and must not hold back the tests that do
 	r := newRoom(3)
 	var mu sync.Mutex
 	var order []string
