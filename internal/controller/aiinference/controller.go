@@ -270,7 +270,6 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 		metricsState.record(obj, &status, &status, s.now)
 		return nil
 	}
-	before := meta.FindStatusCondition(obj.Status.Conditions, servingv1.ConditionReady)
 	after := meta.FindStatusCondition(status.Conditions, servingv1.ConditionReady)
 
 	original := obj.DeepCopy()
@@ -281,7 +280,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 		}
 		return client.IgnoreNotFound(err)
 	}
-	metricsState.record(obj, &original.Status, &status, s.now)
+	readyReasonMoved := metricsState.record(obj, &original.Status, &status, s.now)
 	if s.obs.rollout != nil {
 		for _, d := range s.obs.rollout.decisions {
 			eventType := corev1.EventTypeNormal
@@ -292,7 +291,9 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 		}
 		metricsState.countDecisions(client.ObjectKeyFromObject(obj), s.obs.rollout.decisions)
 	}
-	if after != nil && (before == nil || before.Reason != after.Reason) {
+	// One event per change of the Ready reason, counted against what this
+	// process last saw rather than the cached status the pass started from.
+	if readyReasonMoved {
 		eventType := corev1.EventTypeNormal
 		if warningReasons[after.Reason] {
 			eventType = corev1.EventTypeWarning
