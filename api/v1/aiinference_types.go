@@ -561,6 +561,12 @@ type LoadFailure struct {
 
 // AIInference runs one model on a model server, with its weights pre-loaded into
 // each pod, and reports whether it is ready to serve.
+// Names that no child could take are refused at creation (names never change, so
+// the rules skip updates: an object admitted before them still gets its status).
+// api/v1/names.go's NameProblem says the same, and a test keeps the two in step.
+// +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name cannot be used: the model's Service takes this name, and a Service name is lower-case letters, digits and '-', starting with a letter and ending with a letter or digit (no dots: write qwen2-5-7b for qwen2.5-7b)",optionalOldSelf=true
+// +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || self.metadata.name.size() <= 63",message="metadata.name has more than 63 characters, which cannot fit: the model's Service and the label on every pod take this name",optionalOldSelf=true
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.rollout) || !has(self.spec.rollout.canary) || !has(self.spec.rollout.canary.traffic) || self.metadata.name.size() <= 56 || (oldSelf.hasValue() && has(oldSelf.value().spec.rollout) && has(oldSelf.value().spec.rollout.canary) && has(oldSelf.value().spec.rollout.canary.traffic))",message="metadata.name has more than 56 characters, too many for rollout.canary.traffic: the Services <name>-stable and <name>-canary take this name; use the replica-count split (no traffic) or a shorter name",optionalOldSelf=true
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector

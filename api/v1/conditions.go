@@ -72,6 +72,10 @@ const (
 	ReasonPVCNotFound = "PVCNotFound"
 	// ReasonRollingOut: the current spec is rolling out; earlier replicas may serve meanwhile.
 	ReasonRollingOut = "RollingOut"
+	// ReasonInvalidName: the object's name cannot be given to its children (a
+	// Service name, a label value); admission refuses such names, so only an
+	// object admitted before that rule has it. Nothing is created.
+	ReasonInvalidName = "InvalidName"
 	// ReasonNameConflict: an object the operator would create already exists and
 	// belongs to someone else; the operator leaves it alone.
 	ReasonNameConflict = "NameConflict"

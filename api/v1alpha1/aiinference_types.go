@@ -148,10 +148,16 @@ type AIInferenceStatus struct {
 
 // AIInference runs one model on a model server. This is the first design of the
 // API, still served and converted to and from v1; write new manifests against v1.
+// Names that no child could take are refused at creation, as in v1 (api/v1/names.go).
+// +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name cannot be used: the model's Service takes this name, and a Service name is lower-case letters, digits and '-', starting with a letter and ending with a letter or digit (no dots: write qwen2-5-7b for qwen2.5-7b)",optionalOldSelf=true
+// +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || self.metadata.name.size() <= 63",message="metadata.name has more than 63 characters, which cannot fit: the model's Service and the label on every pod take this name",optionalOldSelf=true
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
 // +kubebuilder:resource:shortName=aii,categories=ai
+// Served only where the conversion webhook runs (config/webhook, the chart's
+// webhook.enabled): without it a v1alpha1 object would be stored unconverted.
+// +kubebuilder:unservedversion
 // +kubebuilder:deprecatedversion:warning="serving.aiinference.io/v1alpha1 AIInference is deprecated; use serving.aiinference.io/v1 (see docs/api-versions.md)"
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Model",type=string,JSONPath=`.spec.modelName`

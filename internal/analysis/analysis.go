@@ -10,7 +10,9 @@
 // Fail if any check fails, else Inconclusive if any check is, else Pass.
 //
 // Run is pure but for the Querier: the controller passes a Prometheus client
-// (NewPrometheus) and the time, tests a fake.
+// (NewPrometheus) and the time, tests a fake. What the results say of a failed
+// query is the Querier's error text: Prometheus keeps it to an HTTP status code
+// and reasons from a fixed set for a URL set in an object (see URLSource).
 package analysis
 
 import (
@@ -21,7 +23,6 @@ import (
 	"strconv"
 	"time"
 
-	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -168,17 +169,18 @@ func (r *runner) query(ctx context.Context, promql string) (float64, error) {
 	} else {
 		v, err := r.q.Query(ctx, promql, r.req.Time)
 		res.value, res.err = single(v, err)
-		var apiErr *promv1.Error
+		var qe *QueryError
 		if err != nil && ctx.Err() != nil {
 			// The caller's bound on the whole run, not Prometheus's answer.
 			res.err = &noValue{msg: fmt.Sprintf("the analysis run ran out of time (%v) with queries left; "+
 				"Prometheus answers slowly", ctx.Err())}
 			r.unreachable = res.err
-		} else if err != nil && !errors.As(err, &apiErr) {
-			// Not Prometheus's answer: the request did not get through (refused,
-			// timed out, DNS). Every other query of this run would wait the same.
+		} else if err != nil && !(errors.As(err, &qe) && qe.Reached) {
+			// No Prometheus answered: the request did not get through (refused,
+			// timed out, DNS), or what answered is not a Prometheus API. Every
+			// other query of this run would fare the same.
 			res.err = &noValue{msg: fmt.Sprintf("Prometheus is unreachable: %v; no check can be judged until "+
-				"it answers (check the operator's --prometheus-url or rollout.canary.prometheusURL)", err)}
+				"a Prometheus answers there (check the operator's --prometheus-url or rollout.canary.prometheusURL)", err)}
 			r.unreachable = res.err
 		}
 	}
@@ -189,9 +191,9 @@ func (r *runner) query(ctx context.Context, promql string) (float64, error) {
 // single reduces a query's answer to one finite number, or says why it cannot.
 func single(v model.Value, err error) (float64, error) {
 	if err != nil {
-		var apiErr *promv1.Error
-		if errors.As(err, &apiErr) {
-			return 0, &noValue{msg: fmt.Sprintf("Prometheus refused the query (%s: %s)", apiErr.Type, apiErr.Msg)}
+		var qe *QueryError
+		if errors.As(err, &qe) && qe.Reached {
+			return 0, &noValue{msg: qe.Reason}
 		}
 		return 0, err
 	}

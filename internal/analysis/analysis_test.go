@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -350,7 +349,8 @@ func TestPrometheusErrors(t *testing.T) {
 			BuiltinQuery(servingv1.EngineVLLM, servingv1.MetricQueueLength):     vec(0),
 		}}
 		f := w.querier(req.Window)
-		f.errs[Expand(bad, canary, req.Window)] = &promv1.Error{Type: promv1.ErrBadData, Msg: "1:36: parse error: unclosed left parenthesis"}
+		f.errs[Expand(bad, canary, req.Window)] = &QueryError{Reached: true,
+			Reason: "Prometheus refused the query (bad_data: 1:36: parse error: unclosed left parenthesis)"}
 		run := Run(context.Background(), f, req)
 		if run.Verdict != servingv1.VerdictInconclusive {
 			t.Errorf("run verdict %s, want Inconclusive", run.Verdict)
@@ -405,11 +405,11 @@ func TestRequestForDefaults(t *testing.T) {
 
 func TestNewPrometheusRefusesBadURLs(t *testing.T) {
 	for _, u := range []string{"", "prometheus:9090", "ftp://prometheus", "http://"} {
-		if _, err := NewPrometheus(u); err == nil {
+		if _, err := NewPrometheus(u, ObjectURL); err == nil {
 			t.Errorf("NewPrometheus(%q) accepted it", u)
 		}
 	}
-	if _, err := NewPrometheus("http://prometheus.monitoring:9090"); err != nil {
+	if _, err := NewPrometheus("http://prometheus.monitoring:9090", ObjectURL); err != nil {
 		t.Error(err)
 	}
 }

@@ -2,6 +2,7 @@ package analysis_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -69,7 +70,7 @@ func TestRunAgainstPrometheusAndSimulators(t *testing.T) {
 	analysistest.StartLoad(t, 1, quiet)
 	t.Logf("every pod scraped, load started: %s", time.Since(start).Round(time.Millisecond))
 
-	q, err := analysis.NewPrometheus(prom.URL)
+	q, err := analysis.NewPrometheus(prom.URL, analysis.ObjectURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,6 +188,34 @@ func TestRunAgainstPrometheusAndSimulators(t *testing.T) {
 					}
 				}
 			}
+		}
+	})
+
+	// A query Prometheus refuses: its own message (where the PromQL is wrong) is
+	// shown for the operator's --prometheus-url, never for an object's URL.
+	t.Run("a refused query says why, in Prometheus's words only for the operator's URL", func(t *testing.T) {
+		const broken = "sum(rate(vllm:e2e_request_latency_seconds_count[1m])"
+		operator, err := analysis.NewPrometheus(prom.URL, analysis.OperatorURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			q    analysis.Querier
+			want string
+		}{
+			{q, "Prometheus refused the query (bad_data: the query is not valid PromQL"},
+			{operator, "Prometheus refused the query (bad_data: 1:"},
+		} {
+			_, err := tc.q.Query(context.Background(), broken, time.Now())
+			var qe *analysis.QueryError
+			if !errors.As(err, &qe) || !qe.Reached || !strings.Contains(qe.Reason, tc.want) {
+				t.Errorf("query %s: %#v, want a refusal saying %q", broken, err, tc.want)
+			}
+			t.Logf("%v", err)
+		}
+		var qe *analysis.QueryError
+		if _, err := q.Query(context.Background(), broken, time.Now()); errors.As(err, &qe) && strings.Contains(qe.Reason, "parse error") {
+			t.Errorf("an object's URL shows Prometheus's own message: %v", err)
 		}
 	})
 

@@ -35,6 +35,10 @@ func LoadLocalManifests(root, baseURL string) (*LocalManifests, error) {
 	if err := yaml.UnmarshalStrict(crdYAML, m.CRD); err != nil {
 		return nil, fmt.Errorf("reading the CRD: %w", err)
 	}
+	// v1alpha1 is served only with the conversion webhook.
+	for i := range m.CRD.Spec.Versions {
+		m.CRD.Spec.Versions[i].Served = true
+	}
 	m.CRD.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{
 		Strategy: apiextensionsv1.WebhookConverter,
 		Webhook: &apiextensionsv1.WebhookConversion{

@@ -14,7 +14,7 @@
 //	}
 //	prom := analysistest.StartPrometheus(t, analysistest.TargetsOf(pods...))
 //	load := analysistest.StartLoad(t, 8, pods...)
-//	// ... analysis.NewPrometheus(prom.URL), analysis.Run(...)
+//	// ... analysis.NewPrometheus(prom.URL, analysis.OperatorURL), analysis.Run(...)
 package analysistest
 
 import (

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -94,6 +95,7 @@ func (r *Reconciler) applyChild(ctx context.Context, s *scope, desired, existing
 		}
 	}
 	result, drifted := applyCreated, false
+	var added [][]string
 	if found {
 		if !metav1.IsControlledBy(existing, s.obj) {
 			s.noteConflict(kind, &problem{servingv1.ReasonNameConflict, fmt.Sprintf(
@@ -101,7 +103,8 @@ func (r *Reconciler) applyChild(ctx context.Context, s *scope, desired, existing
 				kind, desired.GetName(), kind)})
 			return applyConflict, nil
 		}
-		covered, err := covers(existing, desired)
+		var covered bool
+		covered, added, err = covers(existing, desired)
 		if err != nil || (covered && existing.GetAnnotations()[AnnotationSpecHash] == hash) {
 			if err == nil {
 				r.noteVerified(existing)
@@ -120,7 +123,7 @@ func (r *Reconciler) applyChild(ctx context.Context, s *scope, desired, existing
 		// included. (Not on a change of the desired state: a merge patch leaves map
 		// keys the operator no longer sets, which only the apply removes, and two
 		// different writes of a pod template would start two rollouts.)
-		if err := r.mergeDesired(ctx, content, existing); err != nil {
+		if err := r.mergeDesired(ctx, content, added, existing); err != nil {
 			return 0, fmt.Errorf("restoring %s %s: %w", kind, desired.GetName(), err)
 		}
 	}
@@ -202,13 +205,17 @@ func (r *Reconciler) getChild(ctx context.Context, key client.ObjectKey, obj cli
 }
 
 // mergeDesired writes the desired spec or data over an existing child with a
-// JSON merge patch.
-func (r *Reconciler) mergeDesired(ctx context.Context, desired map[string]any, existing client.Object) error {
+// JSON merge patch, removing the keys added by hand to its exact maps (a merge
+// patch keeps a map's other keys, and replaces lists whole).
+func (r *Reconciler) mergeDesired(ctx context.Context, desired map[string]any, added [][]string, existing client.Object) error {
 	patch := map[string]any{}
 	for _, field := range []string{"spec", "data"} {
 		if v, ok := desired[field]; ok {
-			patch[field] = v
+			patch[field] = runtime.DeepCopyJSONValue(v)
 		}
+	}
+	for _, path := range added {
+		_ = unstructured.SetNestedField(patch, nil, path...)
 	}
 	body, err := json.Marshal(patch)
 	if err != nil {
@@ -218,30 +225,95 @@ func (r *Reconciler) mergeDesired(ctx context.Context, desired map[string]any, e
 }
 
 // covers tells whether the existing child holds everything desired sets in its
-// metadata (labels, annotations, owner) and its spec or data. Fields the API server
-// or other controllers add are ignored, as are fields desired leaves empty.
-func covers(existing, desired client.Object) (bool, error) {
+// metadata (labels, annotations, owner) and its spec or data, and nothing more in
+// its exact maps. Fields the API server or other controllers add are ignored, as
+// are fields desired leaves empty. added are the paths of keys found in exact
+// maps outside lists, which a merge patch must remove by name.
+func covers(existing, desired client.Object) (covered bool, added [][]string, err error) {
 	have, err := runtime.DefaultUnstructuredConverter.ToUnstructured(existing)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	want, err := runtime.DefaultUnstructuredConverter.ToUnstructured(desired)
 	if err != nil {
-		return false, err
+		return false, nil, err
+	}
+	extra := false
+	for _, path := range exactMaps[desired.GetObjectKind().GroupVersionKind().Kind] {
+		extra = addedKeys(have, want, path, []string{}, &added) || extra
 	}
 	for _, field := range []string{"spec", "data"} {
 		if !subset(have[field], want[field]) {
-			return false, nil
+			return false, added, nil
 		}
 	}
 	haveMeta, _ := have["metadata"].(map[string]any)
 	wantMeta, _ := want["metadata"].(map[string]any)
 	for _, field := range []string{"labels", "annotations", "ownerReferences"} {
 		if !subset(haveMeta[field], wantMeta[field]) {
-			return false, nil
+			return false, added, nil
 		}
 	}
-	return true, nil
+	return !extra, added, nil
+}
+
+// exactMaps are the maps of a child whose every key the operator sets, by kind:
+// a key added there by hand changes what the child does (a Service selector with
+// one more key selects no pod; a node selector or a resource limit moves or
+// starves the pods), so it is removed as a changed value is put back. "*" is
+// every item of a list of named items. (Resource requests are not exact: the API
+// server copies a limit into a request left unset.) Other maps (metadata labels and
+// annotations, the pod template's annotations, where kubectl rollout restart
+// writes) keep what others add.
+var exactMaps = map[string][][]string{
+	"Service":   {{"spec", "selector"}},
+	"ConfigMap": {{"data"}},
+	"Deployment": {
+		{"spec", "template", "metadata", "labels"},
+		{"spec", "template", "spec", "nodeSelector"},
+		{"spec", "template", "spec", "containers", "*", "resources", "limits"},
+		{"spec", "template", "spec", "initContainers", "*", "resources", "limits"},
+	},
+}
+
+// addedKeys tells whether the map at path in have holds keys that want's lacks,
+// and appends the paths of those outside lists to added (inside a list, the
+// merge patch replaces the whole list). at is the path walked so far, nil once
+// inside a list.
+func addedKeys(have, want any, path, at []string, added *[][]string) bool {
+	if len(path) == 0 {
+		h, _ := have.(map[string]any)
+		w, _ := want.(map[string]any)
+		found := false
+		for k := range h {
+			if _, ok := w[k]; !ok {
+				found = true
+				if at != nil {
+					*added = append(*added, append(slices.Clone(at), k))
+				}
+			}
+		}
+		return found
+	}
+	if path[0] == "*" {
+		h, _ := have.([]any)
+		w, _ := want.([]any)
+		found := false
+		for _, item := range w {
+			m, ok := item.(map[string]any)
+			if !ok {
+				continue
+			}
+			found = addedKeys(findNamed(h, m["name"]), item, path[1:], nil, added) || found
+		}
+		return found
+	}
+	h, _ := have.(map[string]any)
+	w, _ := want.(map[string]any)
+	if at != nil {
+		at = append(slices.Clone(at), path[0])
+	}
+	return addedKeys(h[path[0]], w[path[0]], path[1:], at, added)
 }
 
 // subset tells whether have holds want: maps key by key, lists of named items

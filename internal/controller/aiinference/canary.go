@@ -516,12 +516,12 @@ func canaryTargets(obj *servingv1.AIInference) (canary, stable string) {
 
 // runAnalysis runs one analysis of the current step against Prometheus.
 func (r *Reconciler) runAnalysis(ctx context.Context, obj *servingv1.AIInference, step int32, a *servingv1.AnalysisStep) servingv1.AnalysisRun {
-	url := obj.Spec.Rollout.Canary.PrometheusURL
+	url, source := obj.Spec.Rollout.Canary.PrometheusURL, analysis.ObjectURL
 	if url == "" {
-		url = r.Options.PrometheusURL
+		url, source = r.Options.PrometheusURL, analysis.OperatorURL
 	}
 	canary, stable := canaryTargets(obj)
-	in := AnalysisInput{PrometheusURL: url, Engine: obj.Spec.Engine.Type, Step: step, Analysis: a,
+	in := AnalysisInput{PrometheusURL: url, URLSource: source, Engine: obj.Spec.Engine.Type, Step: step, Analysis: a,
 		Window: analysisInterval(a), CanarySelector: canary, StableSelector: stable}
 	if url == "" || r.Analyzer == nil {
 		return inconclusiveRun(a, "no Prometheus to query: set the operator's --prometheus-url or rollout.canary.prometheusURL")
@@ -548,6 +548,11 @@ func inconclusiveRun(a *servingv1.AnalysisStep, message string) servingv1.Analys
 type AnalysisInput struct {
 	// PrometheusURL is the Prometheus to query.
 	PrometheusURL string
+	// URLSource says who set PrometheusURL: the object's
+	// rollout.canary.prometheusURL, set by anyone who may edit it, shows nothing
+	// of what it answers but a status code and fixed reasons; the operator's
+	// --prometheus-url shows Prometheus's own error messages too.
+	URLSource analysis.URLSource
 	// Engine is the model server, whose metrics the built-in checks read.
 	Engine servingv1.EngineType
 	// Step is the index of the step; Analysis its checks and limits.
@@ -566,7 +571,7 @@ type Analyzer func(ctx context.Context, in AnalysisInput) servingv1.AnalysisRun
 // PrometheusAnalyzer runs an analysis with the engines' built-in queries (or the
 // user's) against the Prometheus the input names.
 func PrometheusAnalyzer(ctx context.Context, in AnalysisInput) servingv1.AnalysisRun {
-	q, err := analysis.NewPrometheus(in.PrometheusURL)
+	q, err := analysis.NewPrometheus(in.PrometheusURL, in.URLSource)
 	if err != nil {
 		return inconclusiveRun(in.Analysis, fmt.Sprintf("cannot query Prometheus at %s: %v", in.PrometheusURL, err))
 	}

@@ -167,6 +167,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 // cache claim, so it is not written while those are not.
 func (r *Reconciler) reconcileSteps(ctx context.Context, s *scope) (ctrl.Result, error) {
 	var result ctrl.Result
+	if msg := s.obj.NameProblem(); msg != "" {
+		// Admitted before admission refused such names: no child can take it, so
+		// none is written, and nothing but a new object can fix it.
+		s.obs.referenceProblem = &problem{servingv1.ReasonInvalidName, msg + "; create the AIInference again under a name that fits"}
+		skipped(ctx, "reconcileSteps", "the name cannot be given to the children")
+		return result, nil
+	}
 	err := traced(ctx, "checkReferences", func(ctx context.Context) (err error) {
 		result, err = r.checkReferences(ctx, s)
 		if p := s.obs.referenceProblem; p != nil {
@@ -316,6 +323,7 @@ var warningReasons = map[string]bool{
 	servingv1.ReasonSecretKeyMissing:         true,
 	servingv1.ReasonPVCNotFound:              true,
 	servingv1.ReasonNameConflict:             true,
+	servingv1.ReasonInvalidName:              true,
 	servingv1.ReasonReconcileError:           true,
 	servingv1.ReasonPodCreateFailed:          true,
 	servingv1.ReasonProgressDeadlineExceeded: true,

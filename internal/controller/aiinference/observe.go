@@ -1,9 +1,10 @@
 package aiinference
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -78,12 +79,17 @@ type loaderExit struct {
 	Finished time.Time
 }
 
-// observePods turns pods into views, oldest first, skipping pods being deleted.
+// observePods turns pods into views, oldest first and by name among pods of the
+// same second, skipping pods being deleted. The order is total: the cache lists
+// pods in no fixed order, and status names the first pod that explains a wait,
+// so a partial order named a different pod on each pass, and each such write
+// of status started the next pass (a storm of writes with hundreds of pending
+// replicas).
 func observePods(pods []corev1.Pod, templateHash string) []podView {
 	var views []podView
 	sorted := append([]corev1.Pod(nil), pods...)
-	sort.Slice(sorted, func(i, j int) bool {
-		return sorted[i].CreationTimestamp.Before(&sorted[j].CreationTimestamp)
+	slices.SortFunc(sorted, func(a, b corev1.Pod) int {
+		return cmp.Or(a.CreationTimestamp.Time.Compare(b.CreationTimestamp.Time), strings.Compare(a.Name, b.Name))
 	})
 	for i := range sorted {
 		pod := &sorted[i]

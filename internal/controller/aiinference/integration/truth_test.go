@@ -11,6 +11,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -389,6 +390,73 @@ func TestChildrenEditedByHandConvergeBack(t *testing.T) {
 		svc := &corev1.Service{}
 		g.Expect(k8s.Get(ctx, key, svc)).To(Succeed())
 		g.Expect(svc.Spec.Ports[0].Port).To(Equal(int32(8000)))
+	}).WithTimeout(waitTimeout).Should(Succeed())
+}
+
+// Keys added by hand to a child's maps that the operator sets whole are removed
+// (a Service selector with one more key routes to nothing), while what other
+// tools add to metadata and to the template's annotations stays.
+func TestKeysAddedByHandAreRemoved(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	createS3Secret(t, ns)
+	obj := newInference(ns, "added")
+	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
+	key := client.ObjectKeyFromObject(obj)
+	getDeployment(g, key)
+	cmKey := client.ObjectKey{Namespace: ns, Name: "added-loader"}
+
+	g.Eventually(func() error {
+		svc := &corev1.Service{}
+		if err := k8s.Get(ctx, key, svc); err != nil {
+			return err
+		}
+		svc.Spec.Selector["tier"] = "gold"
+		svc.Labels["team"] = "search"
+		return k8s.Update(ctx, svc)
+	}).WithTimeout(waitTimeout).Should(Succeed())
+	g.Eventually(func() error {
+		d := &appsv1.Deployment{}
+		if err := k8s.Get(ctx, key, d); err != nil {
+			return err
+		}
+		d.Spec.Template.Labels["tier"] = "gold"
+		if d.Spec.Template.Spec.NodeSelector == nil {
+			d.Spec.Template.Spec.NodeSelector = map[string]string{}
+		}
+		d.Spec.Template.Spec.NodeSelector["zone"] = "nowhere"
+		if d.Spec.Template.Spec.Containers[0].Resources.Limits == nil {
+			d.Spec.Template.Spec.Containers[0].Resources.Limits = corev1.ResourceList{}
+		}
+		d.Spec.Template.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("1Mi")
+		d.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"] = "2026-12-04T10:00:00Z"
+		return k8s.Update(ctx, d)
+	}).WithTimeout(waitTimeout).Should(Succeed())
+	g.Eventually(func() error {
+		cm := &corev1.ConfigMap{}
+		if err := k8s.Get(ctx, cmKey, cm); err != nil {
+			return err
+		}
+		cm.Data["extra.json"] = "{}"
+		return k8s.Update(ctx, cm)
+	}).WithTimeout(waitTimeout).Should(Succeed())
+
+	g.Eventually(func(g Gomega) {
+		svc := &corev1.Service{}
+		g.Expect(k8s.Get(ctx, key, svc)).To(Succeed())
+		g.Expect(svc.Spec.Selector).NotTo(HaveKey("tier"))
+		g.Expect(svc.Labels).To(HaveKeyWithValue("team", "search"), "a label another tool added was removed")
+		d := &appsv1.Deployment{}
+		g.Expect(k8s.Get(ctx, key, d)).To(Succeed())
+		g.Expect(d.Spec.Template.Labels).NotTo(HaveKey("tier"))
+		g.Expect(d.Spec.Template.Spec.NodeSelector).NotTo(HaveKey("zone"))
+		g.Expect(d.Spec.Template.Spec.Containers[0].Resources.Limits).NotTo(HaveKey(corev1.ResourceMemory))
+		g.Expect(d.Spec.Template.Annotations).To(HaveKey("kubectl.kubernetes.io/restartedAt"), "kubectl rollout restart was undone")
+		cm := &corev1.ConfigMap{}
+		g.Expect(k8s.Get(ctx, cmKey, cm)).To(Succeed())
+		g.Expect(cm.Data).NotTo(HaveKey("extra.json"))
 	}).WithTimeout(waitTimeout).Should(Succeed())
 }
 

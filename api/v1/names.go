@@ -1,0 +1,50 @@
+/*
+Copyright 2026 The AIInference Operator Authors.
+
+Licensed under the Apache License, Version 2.0.
+*/
+
+package v1
+
+import (
+	"fmt"
+	"regexp"
+)
+
+// The names an AIInference's children take from its own: the Service <name>
+// (a DNS-1035 label: no dots, at most 63 characters, starting with a letter),
+// the label value <name> on every child and pod (at most 63 characters), and
+// with a canary rollout's Gateway traffic the Services <name>-stable and
+// <name>-canary. A name that one of them cannot take would be admitted and then
+// fail for ever, and a name cannot be changed, so admission refuses it: the CRD's
+// CEL rules on AIInference (in both versions) say the same as NameProblem, and a
+// test keeps the two in step.
+const (
+	// MaxNameLength is the longest name: a Service name and a label value.
+	MaxNameLength = 63
+	// MaxGatewayCanaryNameLength is the longest name with canary Gateway traffic,
+	// whose Services add "-stable" and "-canary".
+	MaxGatewayCanaryNameLength = MaxNameLength - len("-canary")
+)
+
+var dns1035Label = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
+
+// NameProblem says why name cannot work for an AIInference, given whether it
+// asks for canary Gateway traffic (spec.rollout.canary.traffic); "" when it can.
+func NameProblem(name string, gatewayCanary bool) string {
+	switch {
+	case !dns1035Label.MatchString(name):
+		return fmt.Sprintf("metadata.name %q cannot be used: the model's Service takes this name, and a Service name is lower-case letters, digits and '-', starting with a letter and ending with a letter or digit (no dots: write qwen2-5-7b for qwen2.5-7b)", name)
+	case len(name) > MaxNameLength:
+		return fmt.Sprintf("metadata.name has %d characters: at most %d fit, since the model's Service and the label on every pod take this name", len(name), MaxNameLength)
+	case gatewayCanary && len(name) > MaxGatewayCanaryNameLength:
+		return fmt.Sprintf("metadata.name has %d characters: with rollout.canary.traffic at most %d fit, since the Services <name>-stable and <name>-canary take it", len(name), MaxGatewayCanaryNameLength)
+	}
+	return ""
+}
+
+// NameProblem says why the object's name cannot work with its spec; "" when it can.
+func (in *AIInference) NameProblem() string {
+	gatewayCanary := in.Spec.Rollout != nil && in.Spec.Rollout.Canary != nil && in.Spec.Rollout.Canary.Traffic != nil
+	return NameProblem(in.Name, gatewayCanary)
+}
