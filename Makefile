@@ -54,9 +54,17 @@ install: ## Install the CRD into the cluster of the current KUBECONFIG
 
 ##@ Test
 
+# The real-node tests (pods run for real by a kubelet, containerd and runc) need
+# root and cgroup v1 (docs/real-node.md). make test runs them where the host can,
+# installing the Debian packages they need as root, and elsewhere skips them and
+# says why at its end; REQUIRE_REAL_NODE=1 (CI sets it) makes such a host fail.
+REQUIRE_REAL_NODE ?= 0
+
 .PHONY: tools
-tools: ## Build (or reuse) every real binary and image the tests need
-	hack/tools/build.sh envtest cluster s3 node images promtool helm >/dev/null
+tools: ## Build (or reuse) every real binary and image the tests need (a real node's where the host can run one)
+	hack/tools/build.sh envtest cluster s3 images helm >/dev/null
+	if [ "$(REQUIRE_REAL_NODE)" = 1 ] || hack/real-node-host.sh 2>/dev/null; then hack/tools/build.sh node >/dev/null; fi
+	if [ "$$(id -u)" = 0 ] || command -v promtool >/dev/null; then hack/tools/build.sh promtool >/dev/null; fi
 
 # Test binaries that run at once: most wait on API servers and clusters rather
 # than compute, so more than go test's default (the cores) keeps the cores busy.
@@ -67,16 +75,27 @@ TEST_PARALLEL ?= 3
 TEST_LDFLAGS ?= -w
 
 .PHONY: test
-# The real-node tests need root and cgroup v1; where they are missing they fail
-# and name the missing piece. The end-to-end suite, the longest package, starts
+# What the host cannot run (the real-node tests without root and cgroup v1, the
+# promtool checks without root to install promtool) is skipped and named at the
+# end; REQUIRE_REAL_NODE=1 runs the real-node tests anyway, which then fail and
+# name the missing piece. The end-to-end suite, the longest package, starts
 # first; vet and the image builder's tests run beside the tests.
-test: tools ## Everything CI runs: vet, unit, envtest integration, loader, end-to-end and real-node tests
-	status=0; \
+test: tools ## Everything CI runs: vet, unit, envtest integration, loader, end-to-end and (root, cgroup v1) real-node tests
+	status=0; real_node=1; skipped=(); \
+	if [ "$(REQUIRE_REAL_NODE)" != 1 ] && ! why=$$(hack/real-node-host.sh 2>&1); then \
+		real_node=0; \
+		skipped+=("the real-node tests (TestRealNode* of internal/localcluster and test/e2e). $$why. They run as root on a cgroup v1 host (docs/real-node.md); REQUIRE_REAL_NODE=1 makes this a failure"); \
+	fi; \
+	if ! command -v promtool >/dev/null; then \
+		skipped+=("the promtool checks (metric names, alert rules, dashboard queries): promtool is not installed, and installing it (apt-get install prometheus) needs root"); \
+	fi; \
+	for s in "$${skipped[@]}"; do echo "make test: skipping $$s" >&2; done; \
 	go vet ./... & vet=$$!; \
 	(cd hack/images && go test ./... -count=1 -timeout 5m) & images=$$!; \
-	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -p $(TEST_PARALLEL) -ldflags='$(TEST_LDFLAGS)' ./test/e2e/ ./... -count=1 -timeout 45m || status=1; \
+	LOCALCLUSTER_REAL_NODE=$$real_node KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -p $(TEST_PARALLEL) -ldflags='$(TEST_LDFLAGS)' ./test/e2e/ ./... -count=1 -timeout 45m || status=1; \
 	wait $$vet || status=1; \
 	wait $$images || status=1; \
+	for s in "$${skipped[@]}"; do echo "make test: SKIPPED $$s" >&2; done; \
 	exit $$status
 
 .PHONY: test-e2e

@@ -37,10 +37,11 @@ go build -o bin/manager ./cmd/manager
 go build -o bin/localcluster ./cmd/localcluster
 
 # One real node whose pods run for real, with an object store its sample loads
-# from, where the host can run one (root, cgroup v1); simulated nodes only where not.
+# from, where the host can run one (root, cgroup v1; as root the Debian packages
+# it needs are installed first); simulated nodes only where not.
 nodes=config/localcluster/nodepool.yaml
 store_flags=()
-if bin/localcluster check-real-node; then
+if hack/real-node-host.sh; then
 	nodes=config/localcluster/demo-nodepool.yaml
 	store_flags=(--object-store-model-bytes $((256 << 20)))
 else

@@ -8,7 +8,7 @@
 //	localcluster status [--state-dir DIR]               show it; exit 1 if not running
 //	localcluster kubeconfig [--state-dir DIR]           print the kubeconfig path
 //	localcluster env [--state-dir DIR]                  print shell variables for scripts
-//	localcluster check-real-node                        exit 1 (and say why) if no real node can run here
+//	localcluster check-real-node                        exit 1 (and say why) if no real node can run here, 3 if packages are missing
 //
 // Run it from the repository: the binaries are built by hack/tools/build.sh.
 package main
@@ -37,7 +37,9 @@ Commands:
   status      show the cluster's processes and readiness; exit status 1 if not running
   kubeconfig  print the path of the admin kubeconfig; exit status 1 if not running
   check-real-node
-              exit status 0 if this host can run real nodes, else say why and exit 1
+              exit status 0 if this host can run real nodes, else say why and exit 1,
+              or 3 when only Debian packages are missing (hack/tools/build.sh
+              node-packages installs them, as root)
   env         print shell variables: KUBECONFIG, the real nodes' image references
               (IMAGE_MODEL_LOADER, IMAGE_LLM_D_INFERENCE_SIM, ...) and the object
               store (OBJECT_STORE_ENDPOINT, _BUCKET, _MODEL_PREFIX, _MODEL_BYTES)
@@ -101,6 +103,9 @@ func run(args []string) error {
 	case "check-real-node":
 		if err := localcluster.CheckRealNodeHost(); err != nil {
 			fmt.Fprintln(os.Stderr, "This host cannot run a real node:", err)
+			if missing := (*localcluster.MissingPackagesError)(nil); errors.As(err, &missing) {
+				return exitCode(3)
+			}
 			return exitCode(1)
 		}
 		return nil

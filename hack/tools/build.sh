@@ -5,8 +5,9 @@
 # A binary already in the cache is reused, so only the first run pays the build.
 #
 # Usage: hack/tools/build.sh GROUP...
-#   groups: envtest cluster s3 rclone node sim images promtool helm all
+#   groups: envtest cluster s3 rclone node node-packages sim images promtool helm all
 #   node: kubelet, kube-proxy, containerd, runc and CNI plugins of a real node;
+#   node-packages: only the Debian packages a real node needs (apt-get, as root);
 #   sim: llm-d-inference-sim; images: the real node's image tarballs (pause,
 #   model-loader, llm-d-inference-sim) for `ctr images import`; promtool: Debian's
 #   prometheus package (promtool checks metric names and unit-tests the alerts).
@@ -107,6 +108,12 @@ need_iptables() {
 	{ command -v iptables-restore && command -v nft; } >/dev/null || apt_install kube-proxy iptables nftables
 }
 
+# node_packages: what node installs, without building anything.
+node_packages() {
+	need_libseccomp
+	need_iptables
+}
+
 node() {
 	local kube containerd runc cni bin plugin dir
 	for bin in containerd containerd-shim-runc-v2 ctr; do
@@ -188,11 +195,12 @@ promtool_dir() {
 	dirname "$(command -v promtool)"
 }
 
-[ $# -gt 0 ] || { sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 for group in "$@"; do
 	case "$group" in
 	envtest | cluster | s3 | rclone | node | sim | images) last=$("$group") ;;
 	promtool) last=$(promtool_dir) ;;
+	node-packages) node_packages; last="" ;;
 	helm) last=$(helm_tool) ;;
 	all) cluster >/dev/null; s3 >/dev/null; rclone >/dev/null; node >/dev/null; last=$(images) ;;
 	*) echo "build.sh: unknown group $group" >&2; exit 2 ;;

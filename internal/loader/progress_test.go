@@ -58,10 +58,7 @@ func TestProgressEndpoint(t *testing.T) {
 	if !strings.Contains(metrics, "model_loader_total_bytes ") {
 		t.Errorf("metrics: %s", metrics)
 	}
-	promtool, err := testutil.Promtool()
-	if err != nil {
-		t.Fatal(err)
-	}
+	promtool := testutil.NeedPromtool(t)
 	cmd := exec.Command(promtool, "check", "metrics")
 	cmd.Stdin = strings.NewReader(metrics)
 	if out, err := cmd.CombinedOutput(); err != nil || len(strings.TrimSpace(string(out))) > 0 {

@@ -69,10 +69,26 @@ type KubeProxyHost struct {
 func checkIPTables() error {
 	for _, cmd := range []string{"iptables", "iptables-save", "iptables-restore", "nft"} {
 		if _, err := exec.LookPath(cmd); err != nil {
-			return fmt.Errorf("real nodes need %s (kube-proxy routes Service ClusterIPs with iptables): apt-get install iptables nftables, which hack/tools/build.sh node does as root", cmd)
+			return &MissingPackagesError{Command: cmd, Why: "kube-proxy routes Service ClusterIPs with iptables",
+				Packages: []string{"iptables", "nftables"}}
 		}
 	}
 	return nil
+}
+
+// MissingPackagesError is a host that could run real nodes but lacks a
+// command of a Debian package, which hack/tools/build.sh node-packages (and
+// node) installs as root with apt-get.
+type MissingPackagesError struct {
+	// Command is the command not found, Why what needs it.
+	Command, Why string
+	// Packages are the Debian packages to install.
+	Packages []string
+}
+
+func (e *MissingPackagesError) Error() string {
+	return fmt.Sprintf("real nodes need %s (%s): apt-get install %s, which hack/tools/build.sh node-packages does as root",
+		e.Command, e.Why, strings.Join(e.Packages, " "))
 }
 
 // kubeProxyLockWait is how long a cluster's first real node waits for another

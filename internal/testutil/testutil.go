@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"testing"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,6 +63,23 @@ func Promtool() (string, error) {
 		return "", err
 	}
 	return filepath.Join(dir, "promtool"), nil
+}
+
+// NeedPromtool is the path of promtool for a test. Installing it (apt-get)
+// needs root: where promtool is missing and this runs as another user, the test
+// is skipped, saying so (make test prints the same at its end); as root a failed
+// install fails the test.
+func NeedPromtool(t testing.TB) string {
+	t.Helper()
+	if _, err := exec.LookPath("promtool"); err != nil && os.Geteuid() != 0 {
+		t.Skip("skipped: promtool (Debian's prometheus package) is not installed, and installing it needs root; " +
+			"as root, make test installs it (hack/tools/build.sh promtool)")
+	}
+	bin, err := Promtool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }
 
 var pascalCase = regexp.MustCompile(`^[A-Z][A-Za-z0-9]*$`)

@@ -57,7 +57,7 @@ func realNodeAsked() bool { return os.Getenv(realNodeEnv) == "1" }
 func needRealNode(t *testing.T) *localcluster.ObjectStore {
 	t.Helper()
 	if !realNodeAsked() {
-		t.Skipf("set %s=1 to run the real-node tests (root and cgroup v1; make test does)", realNodeEnv)
+		t.Skipf("set %s=1 to run the real-node tests (root and cgroup v1; make test does where the host can)", realNodeEnv)
 	}
 	return cluster.ObjectStore()
 }

@@ -51,10 +51,7 @@ func rulesFile(t *testing.T, dir string) string {
 
 func promtool(t *testing.T, args ...string) {
 	t.Helper()
-	bin, err := testutil.Promtool()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testutil.NeedPromtool(t)
 	out, err := exec.Command(bin, args...).CombinedOutput()
 	t.Logf("promtool %v:\n%s", args, out)
 	if err != nil {

@@ -111,10 +111,7 @@ func scrape(t *testing.T, m *statusMetrics) string {
 // TestMetricNamesPassPromtool runs `promtool check metrics` (Prometheus's naming
 // and help-text lint) on a scrape of every operator metric.
 func TestMetricNamesPassPromtool(t *testing.T) {
-	promtool, err := projtestutil.Promtool()
-	if err != nil {
-		t.Fatal(err)
-	}
+	promtool := projtestutil.NeedPromtool(t)
 	obj := &servingv1.AIInference{ObjectMeta: metav1.ObjectMeta{Namespace: "lint-ns", Name: "llm", Generation: 1, CreationTimestamp: metav1.NewTime(now.Add(-time.Minute))}}
 	m := &statusMetrics{objects: map[types.NamespacedName]*objectMemory{}}
 	st := servingv1.AIInferenceStatus{Phase: servingv1.PhaseReady, LoadRetries: 1, LastFailure: &servingv1.LoadFailure{Reason: "TransientError"},
