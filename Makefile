@@ -21,6 +21,11 @@ manifests: ## Generate the CRD, RBAC and webhook manifests under config/ (and co
 	$(CONTROLLER_GEN) rbac:roleName=webhook-cert-role webhook paths="./internal/webhook/..." output:rbac:artifacts:config=config/webhook output:webhook:artifacts:config=config/webhook
 	cp config/crd/bases/serving.aiinference.io_aiinferences.yaml charts/aiinference-operator/files/crd.yaml
 	cp config/prometheus/podmonitor.yaml config/prometheus/prometheusrule.yaml charts/aiinference-operator/files/
+	go run ./hack/apidocs
+
+.PHONY: api-docs
+api-docs: ## Generate docs/api-reference.md from the CRD (make manifests runs it too; a test fails when it is stale)
+	go run ./hack/apidocs
 
 .PHONY: generate
 generate: ## Generate DeepCopy methods
