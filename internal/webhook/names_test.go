@@ -16,7 +16,7 @@ func withGatewayCanary(o *servingv1.AIInference) {
 	o.Spec.Replicas = ptr.To[int32](2)
 	o.Spec.Rollout = &servingv1.RolloutSpec{Strategy: servingv1.RolloutCanary, Canary: &servingv1.CanarySpec{
 		Replicas: 1,
-		Steps:    []servingv1.CanaryStep{{Weight: 10}},
+		Steps:    []servingv1.CanaryStep{{Weight: 10, Pause: &servingv1.PauseStep{}}},
 		Traffic:  &servingv1.CanaryTraffic{Gateway: servingv1.GatewayTraffic{ParentRef: servingv1.GatewayRef{Name: "inference-gateway"}}},
 	}}
 }

@@ -201,6 +201,45 @@ func TestAStuckRolloutIsNotReady(t *testing.T) {
 	waitFor(t, g, obj, readyTimeout, beReady(1))
 }
 
+// Hundreds of replicas that no node can take: status names one pending pod,
+// the same one whatever order the pods are listed in, so once every pod waits
+// the object's status is written no more (a different pod named on each pass
+// was a write per pass, each starting the next: about 15 a second).
+func TestHundredsOfUnschedulableReplicasStopWritingStatus(t *testing.T) {
+	shared.share(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	const replicas = 200
+	obj := inference(ns, "many-pending", 1, "NVIDIA-B200")
+	obj.Spec.Replicas = ptr.To[int32](replicas)
+	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
+	waitFor(t, g, obj, 2*readyTimeout, func(g Gomega, got *servingv1.AIInference) {
+		g.Expect(readyReason(got)).To(Equal(servingv1.ReasonUnschedulable))
+		g.Expect(got.Status.Replicas).To(Equal(int32(replicas)))
+	})
+
+	wc, err := client.NewWithWatch(cluster.RESTConfig(), client.Options{Scheme: k8s.Scheme()})
+	g.Expect(err).NotTo(HaveOccurred())
+	w, err := wc.Watch(ctx, &servingv1.AIInferenceList{}, client.InNamespace(ns))
+	g.Expect(err).NotTo(HaveOccurred())
+	defer w.Stop()
+	// The watch starts with the object as it is; then count its writes for a
+	// while. The scheduler's message changes when another test adds or removes
+	// a node, which is a real change: a few writes are allowed, not a stream.
+	writes, deadline := -1, time.After(20*time.Second)
+	for done := false; !done; {
+		select {
+		case <-w.ResultChan():
+			writes++
+		case <-deadline:
+			done = true
+		}
+	}
+	t.Logf("status writes in 20 s with %d unschedulable replicas: %d", replicas, writes)
+	g.Expect(writes).To(BeNumerically("<=", 3), "status kept being written while nothing changed")
+}
+
 func TestScaleRollAndDelete(t *testing.T) {
 	shared.share(t)
 	g := NewWithT(t)
