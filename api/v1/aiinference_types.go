@@ -585,6 +585,9 @@ type AIInference struct {
 
 	Spec   AIInferenceSpec   `json:"spec"`
 	Status AIInferenceStatus `json:"status,omitempty"`
+
+	// decodeError is set by UnmarshalJSON when the spec could not be read.
+	decodeError string
 }
 
 // AIInferenceList is a list of AIInference.

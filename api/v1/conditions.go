@@ -76,6 +76,9 @@ const (
 	// Service name, a label value); admission refuses such names, so only an
 	// object admitted before that rule has it. Nothing is created.
 	ReasonInvalidName = "InvalidName"
+	// ReasonUndecodableSpec: the stored spec cannot be read as v1 (written in
+	// another form without conversion); nothing is done until it is applied again.
+	ReasonUndecodableSpec = "UndecodableSpec"
 	// ReasonNameConflict: an object the operator would create already exists and
 	// belongs to someone else; the operator leaves it alone.
 	ReasonNameConflict = "NameConflict"

@@ -73,6 +73,8 @@ var All = []Explanation{
 		"Install the Gateway API CRDs (and the Inference Extension's), or remove rollout.canary.traffic to split by ready replicas.", true},
 	{servingv1.ReasonInvalidName, "The object's name cannot be given to its children: the Service NAME needs a DNS-1035 label (no dots) of at most 63 characters, and canary Gateway traffic's Services NAME-stable and NAME-canary at most 56. Admission refuses such names; only an object created before that rule has one. Nothing is created.",
 		"Create the AIInference again under a name that fits (names cannot be changed), then delete this one.", true},
+	{servingv1.ReasonUndecodableSpec, "The stored spec cannot be read as v1: it was written in another form without conversion (a v1alpha1 object created while no conversion webhook ran, whose engine is a string). The operator touches nothing of it.",
+		"Apply the object again as serving.aiinference.io/v1, or install the operator with its webhooks so that v1alpha1 is converted.", true},
 	{servingv1.ReasonNameConflict, "An object with a child's name (ConfigMap NAME-loader, Deployment or Service NAME, PVC NAME-model-cache) exists and does not belong to this AIInference; the operator never adopts it.",
 		"Delete or rename the other object, or give the AIInference another name.", true},
 	{servingv1.ReasonReconcileError, "A request of the operator to the API server failed (an admission policy, a quota, missing RBAC, the API server unreachable); the pass is retried with back-off. The message quotes the API server.",

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -48,6 +49,10 @@ type Defaulter struct{}
 
 // Default sets engine.port to the engine's default port when unset.
 func (Defaulter) Default(_ context.Context, obj *servingv1.AIInference) error {
+	if msg := obj.DecodeError(); msg != "" {
+		// Its spec was not read: a patch made from it would drop the spec.
+		return errors.New(msg)
+	}
 	if obj.Spec.Engine.Port == 0 {
 		if eng, err := engine.For(obj.Spec.Engine.Type); err == nil {
 			obj.Spec.Engine.Port = eng.DefaultPort()

@@ -142,6 +142,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		span.SetAttributes(attrDecision.String("skipped"), attrWhy.String("the AIInference is being deleted; the garbage collector removes its children"))
 		return ctrl.Result{}, nil
 	}
+	if msg := obj.DecodeError(); msg != "" {
+		// Stored in another form without conversion: say so, and touch nothing.
+		s := &scope{obj: obj, now: r.Now()}
+		s.obs.referenceProblem = &problem{servingv1.ReasonUndecodableSpec, msg + "; it was probably written as v1alpha1 while no conversion webhook ran. " +
+			"Apply the object again as " + servingv1.GroupVersion.String() + " (see docs/api-versions.md), or install the operator with its webhooks (config/default, or the chart's webhook.enabled)"}
+		span.SetAttributes(attrDecision.String("skipped"), attrWhy.String("the stored spec cannot be read"))
+		err := r.patchStatus(ctx, s)
+		if apierrors.IsInvalid(err) {
+			// The API server validates the whole object on a status write, and its
+			// spec fails the schema: an event is all that can carry the message,
+			// and retrying cannot help until someone applies the object again.
+			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, servingv1.ReasonUndecodableSpec, "Reconcile", "%s (its status cannot be written either: %v)", s.obs.referenceProblem.message, err)
+			return ctrl.Result{}, reconcile.TerminalError(err)
+		}
+		return ctrl.Result{}, err
+	}
 	eng, err := engine.For(obj.Spec.Engine.Type)
 	if err != nil {
 		// Admission only admits known engines; an unknown one cannot be fixed by retrying.
@@ -324,6 +340,7 @@ var warningReasons = map[string]bool{
 	servingv1.ReasonPVCNotFound:              true,
 	servingv1.ReasonNameConflict:             true,
 	servingv1.ReasonInvalidName:              true,
+	servingv1.ReasonUndecodableSpec:          true,
 	servingv1.ReasonReconcileError:           true,
 	servingv1.ReasonPodCreateFailed:          true,
 	servingv1.ReasonProgressDeadlineExceeded: true,
