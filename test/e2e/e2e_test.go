@@ -201,22 +201,36 @@ func TestAStuckRolloutIsNotReady(t *testing.T) {
 	waitFor(t, g, obj, readyTimeout, beReady(1))
 }
 
-// Hundreds of replicas that no node can take: status names one pending pod,
-// the same one whatever order the pods are listed in, so once every pod waits
-// the object's status is written no more (a different pod named on each pass
-// was a write per pass, each starting the next: about 15 a second).
+// Hundreds of replicas on a product with a few free GPUs: status names one
+// pending pod, the same one whatever order the pods are listed in (the
+// ReplicaSet creates them in batches, many in the same second), so once every
+// pod is placed or waits, the object's status is written no more (a different
+// pod named on each pass was a write per pass, each starting the next).
 func TestHundredsOfUnschedulableReplicasStopWritingStatus(t *testing.T) {
 	shared.share(t)
 	g := NewWithT(t)
 	ctx := context.Background()
+	// A product of its own with 4 GPUs, so the other tests' GPUs stay free; the
+	// node goes once the namespace is empty.
+	const product, gpus, replicas = "NVIDIA-STORM-TEST", 4, 200
+	var added []string
+	t.Cleanup(func() {
+		for _, n := range added {
+			_ = cluster.RemoveNode(context.Background(), n)
+		}
+	})
 	ns := newNamespace(t)
-	const replicas = 200
-	obj := inference(ns, "many-pending", 1, "NVIDIA-B200")
+	names, err := cluster.AddNodes(ctx, localcluster.NodePool{Name: "storm", Count: 1, GPUProduct: product, GPUCount: gpus,
+		CPU: resource.MustParse("96"), Memory: resource.MustParse("1Ti")})
+	added = names
+	g.Expect(err).NotTo(HaveOccurred())
+	obj := inference(ns, "many-pending", 1, product)
 	obj.Spec.Replicas = ptr.To[int32](replicas)
 	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
 	waitFor(t, g, obj, 2*readyTimeout, func(g Gomega, got *servingv1.AIInference) {
 		g.Expect(readyReason(got)).To(Equal(servingv1.ReasonUnschedulable))
 		g.Expect(got.Status.Replicas).To(Equal(int32(replicas)))
+		g.Expect(got.Status.ReadyReplicas).To(Equal(int32(gpus)))
 	})
 
 	wc, err := client.NewWithWatch(cluster.RESTConfig(), client.Options{Scheme: k8s.Scheme()})
