@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/controller/aiinference"
 	"github.com/aiinference/operator/internal/reasons"
 	"github.com/aiinference/operator/internal/testutil"
 )
@@ -138,11 +137,11 @@ func setup(t *testing.T, obj *servingv1.AIInference, status servingv1.AIInferenc
 	}
 	obj.Status = status
 	must(t, k8s.Status().Update(ctx, obj))
-	labels := map[string]string{aiinference.LabelInference: obj.Name}
+	labels := map[string]string{servingv1.LabelInference: obj.Name}
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: obj.Namespace, Name: obj.Name, Labels: labels},
 		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: corev1.PodTemplateSpec{
-			ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{aiinference.AnnotationTemplateHash: "h1"}},
+			ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{servingv1.AnnotationTemplateHash: "h1"}},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "engine", Image: "vllm"}}},
 		}},
 	}
@@ -152,10 +151,10 @@ func setup(t *testing.T, obj *servingv1.AIInference, status servingv1.AIInferenc
 		st := p.Status
 		p.Namespace = obj.Namespace
 		p.Labels = labels
-		p.Annotations = map[string]string{aiinference.AnnotationTemplateHash: "h1"}
+		p.Annotations = map[string]string{servingv1.AnnotationTemplateHash: "h1"}
 		if len(p.Spec.Containers) == 0 {
 			p.Spec.Containers = []corev1.Container{{Name: "engine", Image: "vllm", Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{aiinference.GPUResource: resource.MustParse("2")}, Limits: corev1.ResourceList{aiinference.GPUResource: resource.MustParse("2")}}}}
+				Requests: corev1.ResourceList{servingv1.GPUResource: resource.MustParse("2")}, Limits: corev1.ResourceList{servingv1.GPUResource: resource.MustParse("2")}}}}
 			p.Spec.InitContainers = []corev1.Container{{Name: "model-loader", Image: "loader"}}
 		}
 		must(t, k8s.Create(ctx, p))
@@ -172,9 +171,9 @@ func ctrlRef(owner *servingv1.AIInference, obj client.Object) error {
 
 func gpuNode(t *testing.T, name, product string, gpus int64) {
 	t.Helper()
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{aiinference.GPUProductLabel: product}}}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{servingv1.GPUProductLabel: product}}}
 	must(t, k8s.Create(context.Background(), n))
-	n.Status.Allocatable = corev1.ResourceList{aiinference.GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)}
+	n.Status.Allocatable = corev1.ResourceList{servingv1.GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)}
 	n.Status.Capacity = n.Status.Allocatable
 	must(t, k8s.Status().Update(context.Background(), n))
 }
@@ -263,7 +262,7 @@ func TestUnschedulableCountsGPUs(t *testing.T) {
 	// Another workload holds 7 of the H100 node's GPUs.
 	must(t, k8s.Create(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "training"},
 		Spec: corev1.PodSpec{NodeName: "gpu-h100-0", Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{aiinference.GPUResource: resource.MustParse("7")}, Limits: corev1.ResourceList{aiinference.GPUResource: resource.MustParse("7")}}}}}}))
+			Requests: corev1.ResourceList{servingv1.GPUResource: resource.MustParse("7")}, Limits: corev1.ResourceList{servingv1.GPUResource: resource.MustParse("7")}}}}}}))
 	sched := "0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s) didn't match Pod's node affinity/selector."
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "llm-7d9f-pend"}, Status: corev1.PodStatus{Phase: corev1.PodPending,
 		Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: sched}}}}

@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/controller/aiinference"
 	"github.com/aiinference/operator/internal/loadspec"
 	"github.com/aiinference/operator/internal/reasons"
 	"github.com/aiinference/operator/internal/units"
@@ -76,7 +75,7 @@ func (e *env) readProgress(v *view) {
 	v.progress = map[string]*loadspec.Progress{}
 	for i := range v.pods {
 		p := &v.pods[i]
-		cs := containerStatus(p, aiinference.LoaderContainerName)
+		cs := containerStatus(p, servingv1.LoaderContainerName)
 		if cs == nil || cs.State.Running == nil {
 			continue
 		}
@@ -138,7 +137,7 @@ func (e *env) load(name string) (*view, error) {
 		v.deployment = d
 	}
 	pods := &corev1.PodList{}
-	if err := e.c.List(e.ctx, pods, client.InNamespace(obj.Namespace), client.MatchingLabels{aiinference.LabelInference: obj.Name}); err != nil {
+	if err := e.c.List(e.ctx, pods, client.InNamespace(obj.Namespace), client.MatchingLabels{servingv1.LabelInference: obj.Name}); err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
 	v.pods = pods.Items
@@ -159,7 +158,7 @@ func (v *view) current(p *corev1.Pod) bool {
 	if v.deployment == nil {
 		return true
 	}
-	return p.Annotations[aiinference.AnnotationTemplateHash] == v.deployment.Spec.Template.Annotations[aiinference.AnnotationTemplateHash]
+	return p.Annotations[servingv1.AnnotationTemplateHash] == v.deployment.Spec.Template.Annotations[servingv1.AnnotationTemplateHash]
 }
 
 func (e *env) status(name string) error {
@@ -182,7 +181,7 @@ func statusReport(v *view, now time.Time) StatusReport {
 	r := StatusReport{
 		Namespace: obj.Namespace, Name: obj.Name, Phase: string(st.Phase), Ready: st.Ready,
 		Model: obj.Spec.Model.Name, Engine: string(obj.Spec.Engine.Type), GPU: st.GPU,
-		ModelLoaded: st.ModelLoaded, LoadRetries: st.LoadRetries, MaxRetries: ptr.Deref(obj.Spec.Loading.MaxRetries, aiinference.DefaultMaxRetries), LastLoad: st.LastLoad,
+		ModelLoaded: st.ModelLoaded, LoadRetries: st.LoadRetries, MaxRetries: ptr.Deref(obj.Spec.Loading.MaxRetries, servingv1.DefaultMaxRetries), LastLoad: st.LastLoad,
 		Rollout: st.Rollout,
 	}
 	for _, c := range st.Conditions {
@@ -195,7 +194,7 @@ func statusReport(v *view, now time.Time) StatusReport {
 			rep.Spec = "current"
 		}
 		if n := v.nodes[p.Spec.NodeName]; n != nil {
-			rep.GPUProduct = n.Labels[aiinference.GPUProductLabel]
+			rep.GPUProduct = n.Labels[servingv1.GPUProductLabel]
 		}
 		for _, c := range p.Status.Conditions {
 			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
@@ -207,18 +206,18 @@ func statusReport(v *view, now time.Time) StatusReport {
 		}
 		for _, cs := range p.Status.InitContainerStatuses {
 			switch cs.Name {
-			case aiinference.LoaderContainerName:
+			case servingv1.LoaderContainerName:
 				rep.Loader = containerState(cs, now, true)
 				if p := v.progress[rep.Pod]; p != nil && cs.State.Running != nil {
 					rep.Loader = describeProgress(p)
 					rep.Progress = p
 				}
-			case aiinference.WarmupContainerName:
+			case servingv1.WarmupContainerName:
 				rep.Warmup = containerState(cs, now, false)
 			}
 		}
 		for _, cs := range p.Status.ContainerStatuses {
-			if cs.Name == aiinference.EngineContainerName {
+			if cs.Name == servingv1.EngineContainerName {
 				rep.Engine = containerState(cs, now, false)
 			}
 		}

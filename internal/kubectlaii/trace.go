@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
-	"github.com/aiinference/operator/internal/controller/aiinference"
+	servingv1 "github.com/aiinference/operator/api/v1"
 )
 
 // TraceReport is what `trace` shows: the object's history, oldest first.
@@ -105,9 +105,9 @@ func (e *env) logs(name string, loader bool, tail int64) error {
 	if err != nil {
 		return err
 	}
-	container := aiinference.EngineContainerName
+	container := servingv1.EngineContainerName
 	if loader {
-		container = aiinference.LoaderContainerName
+		container = servingv1.LoaderContainerName
 	}
 	if len(v.pods) == 0 {
 		return fmt.Errorf("AIInference %s/%s has no pods", v.obj.Namespace, v.obj.Name)

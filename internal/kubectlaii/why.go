@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/controller/aiinference"
 	"github.com/aiinference/operator/internal/reasons"
 )
 
@@ -198,7 +197,7 @@ func (e *env) createFailureLinks(v *view, r *WhyReport) error {
 		}
 	}
 	rss := &appsv1.ReplicaSetList{}
-	if err := e.c.List(e.ctx, rss, client.InNamespace(d.Namespace), client.MatchingLabels{aiinference.LabelInference: v.obj.Name}); err != nil {
+	if err := e.c.List(e.ctx, rss, client.InNamespace(d.Namespace), client.MatchingLabels{servingv1.LabelInference: v.obj.Name}); err != nil {
 		return err
 	}
 	for i := range rss.Items {
@@ -221,8 +220,8 @@ func (e *env) loadFailureLinks(v *view, r *WhyReport) error {
 	}
 	if pod := v.pod(f.Pod); pod != nil {
 		r.Chain = append(r.Chain, podLink(v, pod))
-		if cs := containerStatus(pod, aiinference.LoaderContainerName); cs != nil {
-			r.Chain = append(r.Chain, Link{"Container", aiinference.LoaderContainerName, containerState(*cs, time.Now(), true)})
+		if cs := containerStatus(pod, servingv1.LoaderContainerName); cs != nil {
+			r.Chain = append(r.Chain, Link{"Container", servingv1.LoaderContainerName, containerState(*cs, time.Now(), true)})
 		}
 	} else if f.Pod != "" {
 		r.Chain = append(r.Chain, Link{"Pod", f.Pod, "gone (replaced)"})
@@ -269,11 +268,11 @@ func (e *env) podLinks(v *view, r *WhyReport, reason string) error {
 			r.Chain = append(r.Chain, *link)
 		}
 	case servingv1.ReasonLoading:
-		container = aiinference.LoaderContainerName
+		container = servingv1.LoaderContainerName
 	case servingv1.ReasonWarmupFailed, servingv1.ReasonWarmingUp:
-		container = aiinference.WarmupContainerName
+		container = servingv1.WarmupContainerName
 	case servingv1.ReasonEngineCrashLooping, servingv1.ReasonEngineStarting:
-		container = aiinference.EngineContainerName
+		container = servingv1.EngineContainerName
 	case servingv1.ReasonPodStartFailed:
 		for _, cs := range append(append([]corev1.ContainerStatus(nil), pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
 			if w := cs.State.Waiting; w != nil && w.Reason != "" && w.Reason != "PodInitializing" {
@@ -284,7 +283,7 @@ func (e *env) podLinks(v *view, r *WhyReport, reason string) error {
 	}
 	if container != "" {
 		if cs := containerStatus(pod, container); cs != nil {
-			detail := containerState(*cs, now, container == aiinference.LoaderContainerName)
+			detail := containerState(*cs, now, container == servingv1.LoaderContainerName)
 			if t := cs.LastTerminationState.Terminated; t != nil && strings.TrimSpace(t.Message) != "" {
 				detail += ": " + strings.TrimSpace(t.Message)
 			}
@@ -353,8 +352,8 @@ func podLink(v *view, p *corev1.Pod) Link {
 	where := "not scheduled"
 	if p.Spec.NodeName != "" {
 		where = "on node " + p.Spec.NodeName
-		if n := v.nodes[p.Spec.NodeName]; n != nil && n.Labels[aiinference.GPUProductLabel] != "" {
-			where += " (" + n.Labels[aiinference.GPUProductLabel] + ")"
+		if n := v.nodes[p.Spec.NodeName]; n != nil && n.Labels[servingv1.GPUProductLabel] != "" {
+			where += " (" + n.Labels[servingv1.GPUProductLabel] + ")"
 		}
 	}
 	for _, c := range p.Status.Conditions {
@@ -460,11 +459,11 @@ func (e *env) gpuCapacity(v *view) (*Link, error) {
 	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
-		product := n.Labels[aiinference.GPUProductLabel]
+		product := n.Labels[servingv1.GPUProductLabel]
 		if !accepted[product] {
 			continue
 		}
-		alloc := n.Status.Allocatable[aiinference.GPUResource]
+		alloc := n.Status.Allocatable[servingv1.GPUResource]
 		used, err := e.gpusInUse(n.Name)
 		if err != nil {
 			return nil, err
@@ -486,7 +485,7 @@ func (e *env) gpuCapacity(v *view) (*Link, error) {
 		t := per[p]
 		parts = append(parts, fmt.Sprintf("%s: %d nodes, %d GPUs, %d free, %d nodes with %d free", p, t.nodes, t.gpus, t.free, t.fit, gpu.Count))
 	}
-	return &Link{"Nodes", aiinference.GPUProductLabel, fmt.Sprintf("each replica needs %d GPUs of %s; %s", gpu.Count, strings.Join(gpu.Products, " or "), strings.Join(parts, "; "))}, nil
+	return &Link{"Nodes", servingv1.GPUProductLabel, fmt.Sprintf("each replica needs %d GPUs of %s; %s", gpu.Count, strings.Join(gpu.Products, " or "), strings.Join(parts, "; "))}, nil
 }
 
 // gpusInUse sums the GPUs requested by the pods bound to a node that still run.
@@ -501,7 +500,7 @@ func (e *env) gpusInUse(node string) (int64, error) {
 			continue
 		}
 		for _, c := range p.Spec.Containers {
-			q := c.Resources.Requests[aiinference.GPUResource]
+			q := c.Resources.Requests[servingv1.GPUResource]
 			n += q.Value()
 		}
 	}

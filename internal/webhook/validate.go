@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/controller/aiinference"
 	"github.com/aiinference/operator/internal/engine"
 )
 
@@ -151,7 +150,7 @@ var KnownGPUProducts = []string{
 }
 
 // operatorLabels are the pod labels the operator selects its pods by.
-var operatorLabels = []string{aiinference.LabelName, aiinference.LabelInstance, aiinference.LabelManagedBy, aiinference.LabelInference}
+var operatorLabels = []string{servingv1.LabelName, servingv1.LabelInstance, servingv1.LabelManagedBy, servingv1.LabelInference}
 
 var s3Bucket = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*[a-z0-9]$`)
 
@@ -193,9 +192,9 @@ func validate(obj *servingv1.AIInference, p paths) (warnings []string, errs fiel
 		if kind == "requests" {
 			list = s.Resources.Requests
 		}
-		if _, ok := list[aiinference.GPUResource]; ok {
-			errs = append(errs, field.Forbidden(p.resources.Child(kind).Key(string(aiinference.GPUResource)), fmt.Sprintf(
-				"the operator sets the GPU %s from %s; remove %s and set %s", kind, p.gpuCount, aiinference.GPUResource, p.gpuCount)))
+		if _, ok := list[servingv1.GPUResource]; ok {
+			errs = append(errs, field.Forbidden(p.resources.Child(kind).Key(string(servingv1.GPUResource)), fmt.Sprintf(
+				"the operator sets the GPU %s from %s; remove %s and set %s", kind, p.gpuCount, servingv1.GPUResource, p.gpuCount)))
 		}
 	}
 	errs = append(errs, validateResources(s.Resources, p.resources)...)
@@ -203,14 +202,14 @@ func validate(obj *servingv1.AIInference, p paths) (warnings []string, errs fiel
 		if !slices.Contains(KnownGPUProducts, product) {
 			warnings = append(warnings, fmt.Sprintf(
 				"%s: %q is not a GPU product the operator knows; the pods will only run on nodes labelled %s=%s, so check the spelling against `kubectl get nodes -L %s`",
-				p.gpuProducts, product, aiinference.GPUProductLabel, product, aiinference.GPUProductLabel))
+				p.gpuProducts, product, servingv1.GPUProductLabel, product, servingv1.GPUProductLabel))
 		}
 	}
 
 	// Scheduling.
 	for _, key := range sortedKeys(s.NodeSelector) {
 		path := p.nodeSelector.Key(key)
-		if key == aiinference.GPUProductLabel {
+		if key == servingv1.GPUProductLabel {
 			errs = append(errs, field.Forbidden(path, fmt.Sprintf(
 				"the operator selects nodes by %s from %s; move the product there and remove this entry", key, p.gpuProducts)))
 			continue

@@ -1,0 +1,89 @@
+/*
+Copyright 2026 The AIInference Operator Authors.
+
+Licensed under the Apache License, Version 2.0.
+*/
+
+package v1
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+)
+
+// The contract between the operator and everything that reads what it makes
+// (admission, kubectl aii, dashboards, users' selectors): the labels and
+// annotations on its children, the names of its containers, the GPU resource
+// and node label it schedules on, and the defaults of the spec. It lives with
+// the types, so that a reader links the API, not the reconciler.
+const (
+	LabelName      = "app.kubernetes.io/name"
+	LabelInstance  = "app.kubernetes.io/instance"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// LabelInference names the AIInference a pod or child belongs to.
+	LabelInference = "serving.aiinference.io/inference"
+	// ManagedByValue marks every child; the operator's cache only holds objects with it.
+	ManagedByValue = "aiinference-operator"
+	// LabelTrack tells a stable pod from a canary pod (rollout.strategy Canary), so
+	// that each set can have its own Service or InferencePool.
+	LabelTrack = "serving.aiinference.io/track"
+	// TrackStable and TrackCanary are the values of LabelTrack.
+	TrackStable = "stable"
+	TrackCanary = "canary"
+
+	// AnnotationSpecHash on a child is the hash of what the operator last applied,
+	// so that an unchanged child is not written again.
+	AnnotationSpecHash = "serving.aiinference.io/spec-hash"
+	// AnnotationTemplateHash on a pod is the hash of its template, which tells pods
+	// of the current spec from those of an earlier one during a rollout.
+	AnnotationTemplateHash = "serving.aiinference.io/template-hash"
+
+	// GPUResource is the extended resource of NVIDIA GPUs.
+	GPUResource corev1.ResourceName = "nvidia.com/gpu"
+	// GPUProductLabel is the node label naming the GPU product (set by GPU feature discovery).
+	GPUProductLabel = "nvidia.com/gpu.product"
+
+	// LoaderContainerName is the init container that downloads the model.
+	LoaderContainerName = "model-loader"
+	// EngineContainerName is the model server container.
+	EngineContainerName = "engine"
+	// WarmupContainerName is the warm-up gate (engine.warmup), a native sidecar
+	// after the loader that holds the pod's readiness until the engine has
+	// answered one real completion.
+	WarmupContainerName = "warmup"
+)
+
+// Defaults for fields the user left out. The CRD defaults them too; these cover
+// objects that were stored before a default existed.
+const (
+	DefaultReplicas    = 1
+	DefaultLoadTimeout = 30 * time.Minute
+	DefaultMaxRetries  = 3
+	DefaultBackoff     = 30 * time.Second
+)
+
+// DesiredReplicas is the replica count asked for, with its default.
+func (in *AIInference) DesiredReplicas() int32 { return ptr.Deref(in.Spec.Replicas, DefaultReplicas) }
+
+// LoadTimeout bounds each stage of a load attempt, with its default.
+func (in *AIInference) LoadTimeout() time.Duration {
+	if t := in.Spec.Loading.Timeout; t != nil && t.Duration > 0 {
+		return t.Duration
+	}
+	return DefaultLoadTimeout
+}
+
+// MaxRetries is how many failed loads are forgiven, with its default.
+func (in *AIInference) MaxRetries() int32 {
+	return ptr.Deref(in.Spec.Loading.MaxRetries, DefaultMaxRetries)
+}
+
+// Backoff is the first wait before a load is retried, with its default.
+func (in *AIInference) Backoff() time.Duration {
+	if b := in.Spec.Loading.Backoff; b != nil && b.Duration > 0 {
+		return b.Duration
+	}
+	return DefaultBackoff
+}
