@@ -50,7 +50,14 @@ images: ## Build the operator's and the model loader's OCI images (amd64, arm64)
 	hack/images/release.sh bin/images
 
 .PHONY: run
-run: ## Run the operator against the cluster of the current KUBECONFIG
+# The operator serves its metrics over HTTPS, to a bearer token the API server
+# lets GET /metrics (docs/metrics.md); run prints how to make and use one.
+run: ## Run the operator against the cluster of the current KUBECONFIG (metrics: https://localhost:8443/metrics, with a token)
+	@echo 'Metrics: https://localhost:8443/metrics, for a token allowed to GET /metrics. To read them:'
+	@echo '  kubectl create clusterrole aiinference-metrics-reader --verb=get --non-resource-url=/metrics  # config/default has it'
+	@echo '  kubectl create serviceaccount aiinference-metrics-reader -n default'
+	@echo '  kubectl create clusterrolebinding aiinference-metrics-reader --clusterrole=aiinference-metrics-reader --serviceaccount=default:aiinference-metrics-reader'
+	@echo '  curl -k -H "Authorization: Bearer $$(kubectl create token aiinference-metrics-reader -n default)" https://localhost:8443/metrics'
 	go run ./cmd/manager
 
 .PHONY: install

@@ -156,6 +156,48 @@ func TestChartNamespaceMode(t *testing.T) {
 	}
 }
 
+// TestChartMetricsSecurity: the operator serves its metrics over HTTPS with
+// authentication unless metrics.secure is false, which the chart must say in so
+// many words (plain HTTP is no longer the operator's default), and the
+// ServiceMonitor scrapes as the operator serves.
+func TestChartMetricsSecurity(t *testing.T) {
+	helm, _, root := tools(t)
+	chart := filepath.Join(root, "charts", "aiinference-operator")
+	for _, tc := range []struct {
+		secure     string
+		wantArg    string
+		wantScheme any
+	}{
+		{"true", "--metrics-secure", "https"},
+		{"false", "--metrics-secure=false", nil},
+	} {
+		rendered, err := run(t, helm, "template", "aiinference", chart, "--namespace", "aiinference-system",
+			"--set", "metrics.secure="+tc.secure, "--set", "metrics.serviceMonitor.enabled=true")
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs := objects(t, rendered)
+		dep := objs["Deployment aiinference-system/aiinference-controller-manager"]
+		container := dep["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+		var metricsArgs []string
+		found := false
+		for _, a := range container["args"].([]any) {
+			if s := a.(string); strings.HasPrefix(s, "--metrics-") {
+				metricsArgs = append(metricsArgs, s)
+				found = found || s == tc.wantArg
+			}
+		}
+		if !found {
+			t.Errorf("metrics.secure=%s: the operator's metrics flags are %v, want %s among them", tc.secure, metricsArgs, tc.wantArg)
+		}
+		monitor := objs["ServiceMonitor aiinference-system/aiinference-controller-manager"]
+		endpoint := monitor["spec"].(map[string]any)["endpoints"].([]any)[0].(map[string]any)
+		if endpoint["scheme"] != tc.wantScheme {
+			t.Errorf("metrics.secure=%s: the ServiceMonitor scrapes with scheme %v, want %v", tc.secure, endpoint["scheme"], tc.wantScheme)
+		}
+	}
+}
+
 // kustomizeDefaultWith builds config/default with more of config/'s components
 // after its own, as its kustomization.yaml says to add them.
 func kustomizeDefaultWith(t *testing.T, kubectl, root string, components ...string) string {

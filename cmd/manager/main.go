@@ -21,7 +21,7 @@ import (
 
 func main() {
 	var opts manager.Options
-	flag.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; 0 disables it.")
+	flag.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", "", "Address the metrics endpoint binds to; empty: "+manager.DefaultMetricsBindAddress+" (HTTPS); 0 disables it. Plain HTTP (--metrics-secure=false) needs one named, e.g. 127.0.0.1:8080.")
 	flag.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Address the health probe endpoint binds to.")
 	flag.StringVar(&opts.PprofBindAddress, "pprof-bind-address", "0", "Address Go's profiles (/debug/pprof/) are served on, e.g. 127.0.0.1:8082; 0 disables them.")
 	flag.BoolVar(&opts.LeaderElection, "leader-elect", false, "Elect a leader, so only one of several operator replicas acts at a time.")
@@ -31,7 +31,7 @@ func main() {
 	flag.DurationVar(&opts.RetryPeriod, "leader-elect-retry-period", 1500*time.Millisecond, "How often replicas try to acquire or renew the lease.")
 	var watchNamespaces string
 	flag.StringVar(&watchNamespaces, "watch-namespaces", "", "Comma-separated namespaces to watch and act in (namespace mode: needs only Roles there, see config/namespaced); empty: all namespaces.")
-	flag.BoolVar(&opts.MetricsSecure, "metrics-secure", false, "Serve metrics over HTTPS to callers whose token the API server authenticates and authorizes for GET /metrics (the aiinference-metrics-reader ClusterRole); config/default turns it on.")
+	metricsSecure := flag.Bool("metrics-secure", true, "Serve metrics over HTTPS to callers whose token the API server authenticates and authorizes for GET /metrics (the aiinference-metrics-reader ClusterRole); false: plain HTTP to anyone who connects, on the --metrics-bind-address named.")
 	flag.StringVar(&opts.MetricsCertDir, "metrics-cert-dir", "", "Folder of the metrics server's tls.crt and tls.key; empty: a self-signed certificate.")
 	flag.StringVar(&opts.LoaderImage, "loader-image", manager.DefaultLoaderImage, "Image of the model loader init container.")
 	flag.StringVar(&opts.PrometheusURL, "prometheus-url", "", "Prometheus that canary analysis steps query (e.g. http://prometheus.monitoring:9090); an AIInference's rollout.canary.prometheusURL overrides it.")
@@ -62,6 +62,7 @@ func main() {
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	opts.KubeAPIQPS = float32(qps)
+	opts.MetricsInsecure = !*metricsSecure
 	for _, ns := range strings.Split(watchNamespaces, ",") {
 		if ns = strings.TrimSpace(ns); ns != "" {
 			opts.WatchNamespaces = append(opts.WatchNamespaces, ns)

@@ -39,11 +39,15 @@ var DefaultLoaderImage = version.LoaderImage()
 
 // Options are the operator's settings, set from flags in cmd/manager.
 type Options struct {
+	// MetricsBindAddress is where metrics are served: empty is
+	// DefaultMetricsBindAddress, "0" serves none.
 	MetricsBindAddress string
-	// MetricsSecure serves metrics over HTTPS to authenticated, authorized
-	// callers only (see metricsOptions); MetricsCertDir holds its tls.crt and
-	// tls.key, or is empty for a self-signed certificate.
-	MetricsSecure          bool
+	// MetricsInsecure serves metrics over plain HTTP to anyone who can connect,
+	// and needs an explicit MetricsBindAddress (e.g. 127.0.0.1:8080 for a local
+	// run). Unset, metrics are served over HTTPS to authenticated, authorized
+	// callers only (see metricsOptions); MetricsCertDir holds the certificate's
+	// tls.crt and tls.key, or is empty for a self-signed certificate.
+	MetricsInsecure        bool
 	MetricsCertDir         string
 	HealthProbeBindAddress string
 	// PprofBindAddress serves Go's profiles (/debug/pprof/) there; empty or "0"
@@ -136,6 +140,10 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if opts.LoaderImage == "" {
 		opts.LoaderImage = DefaultLoaderImage
 	}
+	metricsOpts, err := metricsOptions(opts)
+	if err != nil {
+		return nil, err
+	}
 	scheme := Scheme()
 	registerClientMetrics()
 	if opts.KubeAPIQPS > 0 || opts.KubeAPIBurst > 0 {
@@ -146,7 +154,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{aiinference.LabelManagedBy: aiinference.ManagedByValue})}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsOptions(opts),
+		Metrics:                 metricsOpts,
 		HealthProbeBindAddress:  opts.HealthProbeBindAddress,
 		PprofBindAddress:        opts.PprofBindAddress,
 		LeaderElection:          opts.LeaderElection,

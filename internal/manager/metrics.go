@@ -2,6 +2,7 @@ package manager
 
 import (
 	"compress/gzip"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -16,19 +17,39 @@ import (
 	"github.com/aiinference/operator/internal/webhook"
 )
 
-// metricsOptions is the metrics server: with MetricsSecure, HTTPS (a certificate
-// from MetricsCertDir, or a self-signed one the server makes) where every request
+// DefaultMetricsBindAddress is where metrics are served unless told otherwise:
+// over HTTPS, as Kubebuilder's scaffold serves them.
+const DefaultMetricsBindAddress = ":8443"
+
+// metricsOptions is the metrics server: by default HTTPS (a certificate from
+// MetricsCertDir, or a self-signed one the server makes) where every request
 // needs a bearer token that the API server authenticates (TokenReview) and
 // authorizes for `get` on the non-resource URL /metrics (SubjectAccessReview,
-// metricsAuth):
-// the aiinference-metrics-reader ClusterRole grants it. HTTP/2 is off either way
-// (CVE-2023-44487, CVE-2023-39325: rapid reset and stream exhaustion).
-// Either way /metrics ends with every AIInference's series (withObjectSeries).
-func metricsOptions(opts Options) metricsserver.Options {
-	o := metricsserver.Options{BindAddress: opts.MetricsBindAddress, TLSOpts: webhook.TLSOptions(), FilterProvider: objectSeriesFilter}
-	if opts.MetricsSecure {
-		o.SecureServing = true
-		o.FilterProvider = func(cfg *rest.Config, httpClient *http.Client) (metricsserver.Filter, error) {
+// metricsAuth): the aiinference-metrics-reader ClusterRole grants it. The
+// metrics name every namespace and object, so plain HTTP, to anyone, is only
+// for who asks for it (MetricsInsecure) on an address they name. HTTP/2 is off
+// either way (CVE-2023-44487, CVE-2023-39325: rapid reset and stream
+// exhaustion). Either way /metrics ends with every AIInference's series
+// (withObjectSeries).
+func metricsOptions(opts Options) (metricsserver.Options, error) {
+	addr := opts.MetricsBindAddress
+	if opts.MetricsInsecure {
+		if addr == "" {
+			return metricsserver.Options{}, errors.New("metrics over plain HTTP serve every namespace's and object's names " +
+				"to anyone who connects: name the address to serve them on (--metrics-bind-address, e.g. 127.0.0.1:8080), " +
+				"or serve them over HTTPS with authentication (--metrics-secure, the default)")
+		}
+		return metricsserver.Options{BindAddress: addr, TLSOpts: webhook.TLSOptions(), FilterProvider: objectSeriesFilter}, nil
+	}
+	if addr == "" {
+		addr = DefaultMetricsBindAddress
+	}
+	return metricsserver.Options{
+		BindAddress:   addr,
+		SecureServing: true,
+		CertDir:       opts.MetricsCertDir,
+		TLSOpts:       webhook.TLSOptions(),
+		FilterProvider: func(cfg *rest.Config, httpClient *http.Client) (metricsserver.Filter, error) {
 			auth, err := metricsAuthFilter(cfg, httpClient)
 			if err != nil {
 				return nil, err
@@ -36,10 +57,8 @@ func metricsOptions(opts Options) metricsserver.Options {
 			return func(log logr.Logger, next http.Handler) (http.Handler, error) {
 				return auth(log, withObjectSeries(next, aiinference.WriteObjectMetrics, log))
 			}, nil
-		}
-		o.CertDir = opts.MetricsCertDir
-	}
-	return o
+		},
+	}, nil
 }
 
 func objectSeriesFilter(*rest.Config, *http.Client) (metricsserver.Filter, error) {

@@ -32,11 +32,13 @@ import (
 	"github.com/aiinference/operator/internal/testutil"
 )
 
-// TestSecureMetrics runs the operator's manager with --metrics-secure against a
-// real kube-apiserver and scrapes it with real ServiceAccount tokens: with no
-// token or one the API server does not authenticate the answer is 401, with a token whose ServiceAccount is not bound to
-// config/rbac's metrics-reader ClusterRole 403, with one that is 200 and the
-// metrics. HTTP/2 is refused even to a client that offers it.
+// TestSecureMetrics runs the operator's manager with its default metrics
+// options (HTTPS and authentication, --metrics-secure) against a real
+// kube-apiserver and scrapes it with real ServiceAccount tokens: plain HTTP gets
+// no metrics; with no token or one the API server does not authenticate the
+// answer is 401, with a token whose ServiceAccount is not bound to config/rbac's
+// metrics-reader ClusterRole 403, with one that is 200 and the metrics. HTTP/2
+// is refused even to a client that offers it.
 func TestSecureMetrics(t *testing.T) {
 	cfg, root := testutil.StartEnvtest(t, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -85,7 +87,9 @@ func TestSecureMetrics(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	mgr, err := New(cfg, Options{MetricsBindAddress: addr, MetricsSecure: true, HealthProbeBindAddress: "0", LoaderImage: "example.test/model-loader:test", skipNameValidation: true})
+	// The default options but for the address (a free port, not :8443, which
+	// another process may hold).
+	mgr, err := New(cfg, Options{MetricsBindAddress: addr, HealthProbeBindAddress: "0", LoaderImage: "example.test/model-loader:test", skipNameValidation: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,12 +118,34 @@ func TestSecureMetrics(t *testing.T) {
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics server never listened: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Plain HTTP, without a token, gets no metrics.
+	if resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + addr + "/metrics"); err == nil {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Logf("scrape over plain HTTP: %d %.120q", resp.StatusCode, body)
+		if resp.StatusCode == http.StatusOK || containsMetric(string(body), "controller_runtime_reconcile_total") {
+			t.Errorf("scrape over plain HTTP without a token: %d with the metrics, want them refused", resp.StatusCode)
+		}
+	} else {
+		t.Logf("scrape over plain HTTP: %v", err)
+	}
+	for {
 		code, body, _ := scrape("")
 		if code != 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("metrics server never answered: %s", body)
+			t.Fatalf("metrics server never answered over HTTPS: %s", body)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -169,6 +195,42 @@ func TestSecureMetrics(t *testing.T) {
 		if families[name] == nil {
 			t.Errorf("the scrape has no family %s", name)
 		}
+	}
+}
+
+// TestMetricsOptions: metrics are served over HTTPS with authentication unless
+// plain HTTP is asked for, and plain HTTP only on an address named for it.
+func TestMetricsOptions(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		opts       Options
+		wantAddr   string
+		wantSecure bool
+		wantErr    bool
+	}{
+		{name: "the defaults", opts: Options{}, wantAddr: ":8443", wantSecure: true},
+		{name: "an address", opts: Options{MetricsBindAddress: "127.0.0.1:9443"}, wantAddr: "127.0.0.1:9443", wantSecure: true},
+		{name: "off", opts: Options{MetricsBindAddress: "0"}, wantAddr: "0", wantSecure: true},
+		{name: "plain HTTP on an address named for it", opts: Options{MetricsInsecure: true, MetricsBindAddress: "127.0.0.1:8080"}, wantAddr: "127.0.0.1:8080"},
+		{name: "plain HTTP on the default address", opts: Options{MetricsInsecure: true}, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := metricsOptions(tc.opts)
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("served plain HTTP on %q, want it refused without an address", o.BindAddress)
+				}
+				t.Logf("refused: %v", err)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.BindAddress != tc.wantAddr || o.SecureServing != tc.wantSecure || o.FilterProvider == nil {
+				t.Errorf("bind %q secure %v filter %v, want bind %q secure %v and a filter", o.BindAddress, o.SecureServing,
+					o.FilterProvider != nil, tc.wantAddr, tc.wantSecure)
+			}
+		})
 	}
 }
 

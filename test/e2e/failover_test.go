@@ -38,7 +38,7 @@ func TestFailoverToTheStandbyReplica(t *testing.T) {
 		port, err := freePort()
 		g.Expect(err).NotTo(HaveOccurred())
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		return e.operator("failover-"+name, e.cluster.Kubeconfig(), "--metrics-bind-address="+addr), addr
+		return e.operator("failover-"+name, e.cluster.Kubeconfig(), "--metrics-secure=false", "--metrics-bind-address="+addr), addr
 	}
 	leader, leaderMetrics := replica("a")
 	standby, standbyMetrics := replica("b")
