@@ -55,6 +55,7 @@ var externalFlags = map[string]string{
 	"multi-thread-streams":     "rclone",
 	"multi-thread-chunk-size":  "rclone",
 	"profiling":                "kube-apiserver",
+	"take-ownership":           "helm install",
 }
 
 // externalWords are PascalCase words the docs write as code that are not the
@@ -63,6 +64,7 @@ var externalFlags = map[string]string{
 var externalWords = []string{
 	"Service", "PodMonitor", "InferencePool", "IfNotPresent", "GuaranteedUpdate",
 	"ExportTraceServiceRequest", "VmHWM", "GOGC", "GOMEMLIMIT", "HOME", "False", "Fail",
+	"CRDValidationRatcheting",
 }
 
 // docs are README.md and docs/*.md, by their path from the root.
@@ -301,5 +303,27 @@ func TestDocsNameRealWords(t *testing.T) {
 				t.Errorf("%s: `%s` is no reason, condition, phase or other name the code or config/ holds", path, w)
 			}
 		}
+	}
+}
+
+// TestDocsIndexListsEveryDoc: docs/README.md links every doc of docs/, and the
+// README links docs/README.md.
+func TestDocsIndexListsEveryDoc(t *testing.T) {
+	all := docs(t)
+	index, ok := all[filepath.Join("docs", "README.md")]
+	if !ok {
+		t.Fatal("no docs/README.md")
+	}
+	for path := range all {
+		name := filepath.Base(path)
+		if filepath.Dir(path) != "docs" || name == "README.md" {
+			continue
+		}
+		if !strings.Contains(index, "]("+name+")") {
+			t.Errorf("docs/README.md does not list %s: add a line for it", name)
+		}
+	}
+	if !strings.Contains(all["README.md"], "(docs/README.md)") {
+		t.Error("README.md does not link docs/README.md")
 	}
 }
