@@ -47,6 +47,10 @@ const FieldOwner = "aiinference-operator"
 // not watch (a Secret or PVC a user has yet to create) is looked at again.
 const waitingRequeue = 30 * time.Second
 
+// staleRequeue is how soon a pass whose status write met a newer object than
+// its cached one is run again.
+const staleRequeue = 200 * time.Millisecond
+
 // Reconciler reconciles AIInference objects.
 type Reconciler struct {
 	client.Client
@@ -166,7 +170,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	s := &scope{obj: obj, now: r.Now(), engine: eng}
 
 	defer func() {
-		if err := traced(ctx, "patchStatus", func(ctx context.Context) error { return r.patchStatus(ctx, s) }); err != nil {
+		err := traced(ctx, "patchStatus", func(ctx context.Context) error { return r.patchStatus(ctx, s) })
+		if apierrors.IsConflict(err) {
+			// The pass started from a cached object older than the stored one:
+			// look again once the cache has it.
+			result, err = lowestRequeue(result, ctrl.Result{RequeueAfter: staleRequeue}), nil
+		}
+		if err != nil {
 			retErr = kerrors.NewAggregate([]error{retErr, err})
 		}
 	}()
@@ -297,7 +307,13 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 
 	original := obj.DeepCopy()
 	obj.Status = status
-	if err := r.Status().Patch(ctx, obj, client.MergeFrom(original)); err != nil {
+	// A merge patch carries only what differs from the object the pass started
+	// from. When the cache had not yet seen the last pass's status write, a field
+	// this pass sets back to its older value would be left out, and the last
+	// pass's value would stay (Ready saying SecretNotFound, the phase still
+	// Loading): the resourceVersion in the patch makes the API server refuse it
+	// then, and the pass is run again (see Reconcile).
+	if err := r.Status().Patch(ctx, obj, client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})); err != nil {
 		if errors.Is(err, context.Canceled) {
 			return nil
 		}
