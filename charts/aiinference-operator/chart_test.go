@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -301,4 +302,73 @@ func TestChartMatchesKustomizeInCertManagerMode(t *testing.T) {
 		}
 	}
 	t.Logf("%d objects, the same in both", len(chart))
+}
+
+// TestNoRoleReadsUsersSecrets: the operator may not read users' Secrets, in any
+// install mode (the kubelet reads the credentials Secret an AIInference names,
+// and the pod's status says when it is missing). The one rule on Secrets is the
+// self-managed webhook certificate's, in a Role of the operator's own namespace.
+func TestNoRoleReadsUsersSecrets(t *testing.T) {
+	helm, kubectl, root := tools(t)
+	chart := filepath.Join(root, "charts", "aiinference-operator")
+	render := func(args ...string) string {
+		t.Helper()
+		out, err := run(t, helm, append([]string{"template", "aiinference", chart}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	kustomize, err := run(t, kubectl, "kustomize", filepath.Join(root, "config", "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	namespaced, err := os.ReadFile(filepath.Join(root, "config", "namespaced", "role.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name   string
+		stream string
+		want   []string // the roles with a rule on Secrets
+	}{
+		{"config/default", kustomize, []string{"Role aiinference-system/aiinference-webhook-cert-role"}},
+		{"config/namespaced", string(namespaced), nil},
+		{"the chart", render("--namespace", "aiinference-system"), []string{"Role aiinference-system/aiinference-webhook-cert-role"}},
+		{"the chart, cert-manager", render("--namespace", "aiinference-system", "--set", "webhook.certManager.enabled=true"), nil},
+		{"the chart, namespace mode", render("--namespace", "ops", "--set", "watchNamespaces={team-a,team-b}"), []string{"Role ops/aiinference-webhook-cert-role"}},
+		{"the chart, namespace mode without webhooks", render("--namespace", "ops", "--set", "watchNamespaces={team-a,team-b}", "--set", "webhook.enabled=false"), nil},
+	} {
+		var got []string
+		roles := 0
+		for key, obj := range objects(t, tt.stream) {
+			if obj["kind"] != "Role" && obj["kind"] != "ClusterRole" {
+				continue
+			}
+			roles++
+			rules, _ := obj["rules"].([]any)
+			for _, r := range rules {
+				rule, _ := r.(map[string]any)
+				groups, _ := rule["apiGroups"].([]any)
+				resources, _ := rule["resources"].([]any)
+				core := false
+				for _, g := range groups {
+					core = core || g == "" || g == "*"
+				}
+				for _, res := range resources {
+					if core && (res == "secrets" || res == "*") {
+						got = append(got, key)
+					}
+				}
+			}
+		}
+		slices.Sort(got)
+		got = slices.Compact(got)
+		if roles == 0 {
+			t.Errorf("%s: no Role or ClusterRole rendered; the test would prove nothing", tt.name)
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("%s: the roles with a rule on Secrets are %v, want %v", tt.name, got, tt.want)
+		}
+	}
 }

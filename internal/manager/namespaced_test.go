@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -28,8 +29,9 @@ import (
 // ServiceAccount that holds only config/namespaced's Role in team-a and the
 // leader election Role in its own namespace, against a real kube-apiserver that
 // enforces RBAC: the operator starts, reconciles an AIInference in team-a
-// (reading its credentials Secret, writing the children and the status), and
-// leaves one in team-b alone, where it may not even read.
+// (writing the children and the status; it may not read the credentials Secret,
+// which only the kubelet reads), and leaves one in team-b alone, where it may
+// not even read.
 func TestNamespaceMode(t *testing.T) {
 	cfg, root := testutil.StartEnvtest(t, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -80,6 +82,16 @@ func TestNamespaceMode(t *testing.T) {
 	// The token really is that narrow: it may not list Deployments cluster-wide.
 	if _, err := kubernetes.NewForConfigOrDie(saCfg).AppsV1().Deployments("").List(ctx, metav1.ListOptions{}); err == nil {
 		t.Fatal("the operator's token lists Deployments in every namespace; the test would prove nothing")
+	}
+	// Nor may it read a Secret in the namespace it serves.
+	for _, verb := range []string{"get", "list", "watch"} {
+		review, err := kubernetes.NewForConfigOrDie(saCfg).AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: verb, Resource: "secrets"}},
+		}, metav1.CreateOptions{})
+		must(err)
+		if review.Status.Allowed {
+			t.Errorf("config/namespaced's Role lets the operator %s Secrets in team-a", verb)
+		}
 	}
 
 	mgr, err := New(saCfg, Options{

@@ -3,12 +3,12 @@ package manager
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -21,8 +21,8 @@ import (
 // TestUnansweredObjectsGoFirstAfterARestart starts the operator (one worker) on
 // a namespace of objects it has reconciled before and one created while it was
 // down, named to be listed last: the new object's pass comes first. Each pass
-// reads the object's own credentials Secret from the API server, so the order
-// of those reads is the order of the passes.
+// starts a Reconcile span (internal/controller/aiinference's tracing), so the
+// order of those spans is the order of the passes.
 func TestUnansweredObjectsGoFirstAfterARestart(t *testing.T) {
 	cfg, _ := testutil.StartEnvtest(t, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -70,12 +70,10 @@ func TestUnansweredObjectsGoFirstAfterARestart(t *testing.T) {
 	run(t, ctx, cfg, func() error { return answered(reconciled...) })
 
 	create("unanswered")
-	var reads secretReads
-	mgrCfg := rest.CopyConfig(cfg)
-	mgrCfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return secretReadRecorder{next: rt, log: &reads} }
-	run(t, ctx, mgrCfg, func() error { return answered("unanswered") })
-	if first := reads.names(); len(first) == 0 || first[0] != "unanswered" {
-		t.Errorf("after the restart the operator read the Secrets of %v, in this order: the object no status answered yet waited behind those whose status is current", first)
+	passes := recordPasses()
+	run(t, ctx, cfg, func() error { return answered("unanswered") })
+	if first := passes.names(); len(first) == 0 || first[0] != "unanswered" {
+		t.Errorf("after the restart the operator reconciled %v, in this order: the object no status answered yet waited behind those whose status is current", first)
 	}
 }
 
@@ -106,28 +104,50 @@ func run(t *testing.T, ctx context.Context, cfg *rest.Config, done func() error)
 	}
 }
 
-// secretReads records the names of the Secrets the operator reads, in order.
-type secretReads struct {
-	mu   sync.Mutex
-	read []string
+// passOrder records the names of the objects the controller reconciles, in the
+// order their Reconcile spans start.
+type passOrder struct {
+	mu     sync.Mutex
+	passes []string
 }
 
-func (s *secretReads) names() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.read...)
+func (o *passOrder) names() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]string(nil), o.passes...)
 }
 
-type secretReadRecorder struct {
-	next http.RoundTripper
-	log  *secretReads
-}
-
-func (r secretReadRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	if _, name, ok := strings.Cut(req.URL.Path, "/secrets/"); ok && req.Method == http.MethodGet {
-		r.log.mu.Lock()
-		r.log.read = append(r.log.read, name)
-		r.log.mu.Unlock()
+func (o *passOrder) OnStart(_ context.Context, span sdktrace.ReadWriteSpan) {
+	if span.Name() != "Reconcile" {
+		return
 	}
-	return r.next.RoundTrip(req)
+	for _, kv := range span.Attributes() {
+		if kv.Key == "aiinference.name" {
+			o.mu.Lock()
+			o.passes = append(o.passes, kv.Value.AsString())
+			o.mu.Unlock()
+		}
+	}
+}
+
+func (*passOrder) OnEnd(sdktrace.ReadOnlySpan)      {}
+func (*passOrder) Shutdown(context.Context) error   { return nil }
+func (*passOrder) ForceFlush(context.Context) error { return nil }
+
+var (
+	passes        passOrder
+	passesInstall sync.Once
+)
+
+// recordPasses starts recording the controller's passes afresh. The controller's
+// tracer follows the first tracer provider set in the process, so the recorder
+// is installed once.
+func recordPasses() *passOrder {
+	passesInstall.Do(func() {
+		otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(&passes)))
+	})
+	passes.mu.Lock()
+	passes.passes = nil
+	passes.mu.Unlock()
+	return &passes
 }

@@ -41,7 +41,7 @@ import (
 // Where the cause lives:
 //   - the real scheduler (no node of the accepted products, no free GPU), the
 //     real API server's admission (ResourceQuota, Pod Security), and API
-//     objects (a missing Secret, key or PVC, a name taken);
+//     objects (a missing PVC, a name taken);
 //   - the simulated kubelets' failure behaviours (internal/localcluster's
 //     chaos.go): the loader's and the warm-up gate's exits, and the engine's
 //     crash loop. The loader's termination message is what the real loader
@@ -62,8 +62,9 @@ import (
 // budget (loading.timeout) is spent and it crash-loops; a loader that works
 // again in the same pod restarts from restartCount 0. TestRealNodeFailureReasons
 // runs the causes that need a real kubelet, containerd and kernel on the real
-// node: the image pull, the OOM kill, and the real loader's, gate's and
-// engine's own failures.
+// node: the image pull, the OOM kill, a missing Secret or key (kwok's simulated
+// kubelet reads no Secret and would run the pod), and the real loader's,
+// gate's and engine's own failures.
 //
 // The cases run at once, each in a namespace of its own, on GPU nodes of a
 // product of their own (reasonsProduct) that the test adds, so that no other
@@ -345,8 +346,6 @@ func reasonCases() []reasonCase {
 		code, summary := loaderFailure(&loader.Error{Reason: reason, Path: path, Err: errors.New(msg)})
 		return localcluster.InitContainerFailure{ExitCode: code, Message: summary}
 	}
-	credentials := &servingv1.S3CredentialsSecretRef{Name: "store-credentials"}
-
 	return []reasonCase{
 		{
 			name: "no-gpu-node",
@@ -589,31 +588,6 @@ func reasonCases() []reasonCase {
 			message:     []string{"pods cannot be created", `violates PodSecurity "restricted:latest"`, `container "engine"`},
 			fix:         fixSpec(func(o *servingv1.AIInference) { o.Spec.Engine.SecurityContext = nil }),
 			fixText:     "drop spec.engine.securityContext",
-		},
-		{
-			name: "missing-secret",
-			setup: func(_ *testing.T, _ *WithT, _ string, obj *servingv1.AIInference) {
-				obj.Spec.Model.Source.S3.CredentialsSecretRef = credentials
-			},
-			reason: servingv1.ReasonSecretNotFound, phase: servingv1.PhasePending, stalled: true,
-			message: []string{`Secret "store-credentials" named in spec.model.source.s3.credentialsSecretRef does not exist`, "AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY"},
-			fix: func(_ *testing.T, g *WithT, ns string, _ *servingv1.AIInference) {
-				g.Expect(k8s.Create(context.Background(), storeSecret(ns, "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"))).To(Succeed())
-			},
-			fixText: "create the Secret",
-		},
-		{
-			name: "missing-secret-key",
-			setup: func(_ *testing.T, g *WithT, ns string, obj *servingv1.AIInference) {
-				obj.Spec.Model.Source.S3.CredentialsSecretRef = credentials
-				g.Expect(k8s.Create(context.Background(), storeSecret(ns, "AWS_ACCESS_KEY_ID"))).To(Succeed())
-			},
-			reason: servingv1.ReasonSecretKeyMissing, phase: servingv1.PhasePending, stalled: true,
-			message: []string{`Secret "store-credentials" named in spec.model.source.s3.credentialsSecretRef has no key "AWS_SECRET_ACCESS_KEY"`},
-			fix: func(_ *testing.T, g *WithT, ns string, _ *servingv1.AIInference) {
-				g.Expect(k8s.Update(context.Background(), storeSecret(ns, "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"))).To(Succeed())
-			},
-			fixText: "add the key",
 		},
 		{
 			name: "missing-pvc",
@@ -1054,8 +1028,10 @@ func (w *nsWatch) reasons() string {
 // pretend to on the real node, where the kubelet, containerd, runc and the
 // kernel produce them and the real loader, warm-up gate and engine report
 // them: an image that cannot be pulled, a loader killed by the kernel's OOM
-// killer, a model the store does not have, credentials the store refuses, an
-// engine that exits at once, and an engine that answers no completion.
+// killer, a credentials Secret or key that does not exist (the kubelet cannot
+// build the loader's environment), a model the store does not have,
+// credentials the store refuses, an engine that exits at once, and an engine
+// that answers no completion.
 func TestRealNodeFailureReasons(t *testing.T) {
 	shared.share(t)
 	store := needRealNode(t)
@@ -1128,6 +1104,40 @@ func realReasonCases(store *localcluster.ObjectStore) []reasonCase {
 			fixText:     "cache on Disk, not Memory",
 		},
 		{
+			// The operator reads no Secret: the real kubelet cannot build the
+			// loader's environment and says why in the pod's status.
+			name: "real-missing-secret",
+			setup: func(_ *testing.T, _ *WithT, _ string, obj *servingv1.AIInference) {
+				obj.Spec.Model.Source.S3.CredentialsSecretRef = &servingv1.S3CredentialsSecretRef{Name: "store-credentials"}
+			},
+			failedAt: seen(func(obj client.Object) bool {
+				return configErrorOn(obj, aiinference.LoaderContainerName, `secret "store-credentials" not found`)
+			}),
+			reason: servingv1.ReasonSecretNotFound, phase: servingv1.PhasePending, stalled: true,
+			message: []string{`Secret "store-credentials" named in spec.model.source.s3.credentialsSecretRef does not exist in namespace `,
+				"; create it with the keys [AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY]"},
+			fix: func(_ *testing.T, g *WithT, ns string, _ *servingv1.AIInference) {
+				g.Expect(k8s.Create(context.Background(), storeCredentials(store, ns, loadspec.EnvAccessKeyID, loadspec.EnvSecretAccessKey))).To(Succeed())
+			},
+			fixText: "create the Secret",
+		},
+		{
+			name: "real-missing-secret-key",
+			setup: func(_ *testing.T, g *WithT, ns string, obj *servingv1.AIInference) {
+				g.Expect(k8s.Create(context.Background(), storeCredentials(store, ns, loadspec.EnvAccessKeyID))).To(Succeed())
+				obj.Spec.Model.Source.S3.CredentialsSecretRef = &servingv1.S3CredentialsSecretRef{Name: "store-credentials"}
+			},
+			failedAt: seen(func(obj client.Object) bool {
+				return configErrorOn(obj, aiinference.LoaderContainerName, "couldn't find key AWS_SECRET_ACCESS_KEY in Secret "+obj.GetNamespace()+"/store-credentials")
+			}),
+			reason: servingv1.ReasonSecretKeyMissing, phase: servingv1.PhasePending, stalled: true,
+			message: []string{`Secret "store-credentials" named in spec.model.source.s3.credentialsSecretRef has no key "AWS_SECRET_ACCESS_KEY"; add it, or name the key that holds it`},
+			fix: func(_ *testing.T, g *WithT, ns string, _ *servingv1.AIInference) {
+				g.Expect(k8s.Update(context.Background(), storeCredentials(store, ns, loadspec.EnvAccessKeyID, loadspec.EnvSecretAccessKey))).To(Succeed())
+			},
+			fixText: "add the key",
+		},
+		{
 			name: "real-model-not-found",
 			setup: func(_ *testing.T, _ *WithT, _ string, obj *servingv1.AIInference) {
 				obj.Spec.Model.Source.S3.Prefix = "no-such-model/"
@@ -1187,6 +1197,23 @@ func realReasonCases(store *localcluster.ObjectStore) []reasonCase {
 			fixText: "fix spec.engine.args",
 		},
 	}
+}
+
+// configErrorOn: the kubelet cannot configure the container (it waits with
+// CreateContainerConfigError), for the reason its message gives.
+func configErrorOn(obj client.Object, name, message string) bool {
+	s := containerStatus(obj, name)
+	return s != nil && s.State.Waiting != nil && s.State.Waiting.Reason == "CreateContainerConfigError" && s.State.Waiting.Message == message
+}
+
+// storeCredentials is the Secret store-credentials with the keys of the
+// store's own credentials Secret.
+func storeCredentials(store *localcluster.ObjectStore, ns string, keys ...string) *corev1.Secret {
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "store-credentials"}, Data: map[string][]byte{}}
+	for _, k := range keys {
+		s.Data[k] = []byte(store.CredentialsSecret(ns).StringData[k])
+	}
+	return s
 }
 
 // imagePullFailing: the kubelet cannot pull the container's image.

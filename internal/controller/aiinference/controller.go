@@ -44,7 +44,7 @@ import (
 const FieldOwner = "aiinference-operator"
 
 // waitingRequeue is how often an object that waits on something the operator does
-// not watch (a Secret or PVC a user has yet to create) is looked at again.
+// not watch (a PVC a user has yet to create, a CRD not installed yet) is looked at again.
 const waitingRequeue = 30 * time.Second
 
 // staleRequeue is how soon a pass whose status write met a newer object than
@@ -54,7 +54,7 @@ const staleRequeue = 200 * time.Millisecond
 // Reconciler reconciles AIInference objects.
 type Reconciler struct {
 	client.Client
-	// APIReader reads objects the cache does not hold (users' Secrets and PVCs).
+	// APIReader reads objects the cache does not hold (users' PVCs).
 	APIReader client.Reader
 	Scheme    *runtime.Scheme
 	Recorder  recorder.EventRecorder
@@ -103,7 +103,6 @@ type scope struct {
 // +kubebuilder:rbac:groups="",resources=services;configmaps;persistentvolumeclaims,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=inference.networking.k8s.io,resources=inferencepools,verbs=get;list;watch;create;update;patch;delete

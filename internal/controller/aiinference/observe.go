@@ -59,6 +59,10 @@ type podView struct {
 	// StartFailure explains a container that cannot start (an image that cannot be
 	// pulled, a missing Secret key); empty otherwise.
 	StartFailure string
+	// ConfigError is the kubelet's message for a container it cannot configure
+	// (waiting with CreateContainerConfigError), e.g. `secret "x" not found`;
+	// empty otherwise.
+	ConfigError string
 }
 
 // startFailureReasons are the waiting reasons of a container that will not start
@@ -120,6 +124,9 @@ func observePod(pod *corev1.Pod, templateHash string) podView {
 	for _, cs := range append(append([]corev1.ContainerStatus(nil), pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
 		if w := cs.State.Waiting; w != nil && startFailureReasons[w.Reason] && v.StartFailure == "" {
 			v.StartFailure = fmt.Sprintf("container %s: %s%s", cs.Name, w.Reason, suffix(w.Message))
+		}
+		if w := cs.State.Waiting; w != nil && w.Reason == "CreateContainerConfigError" && v.ConfigError == "" {
+			v.ConfigError = w.Message
 		}
 	}
 	for _, cs := range pod.Status.InitContainerStatuses {

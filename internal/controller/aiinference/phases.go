@@ -17,22 +17,18 @@ import (
 	servingv1 "github.com/aiinference/operator/api/v1"
 )
 
-// checkReferences looks up the Secrets and PVCs the spec names, and the APIs its
-// Gateway traffic needs. A missing one stops the Deployment from being applied
-// (its pods could not start, or could not be routed to as asked) and is reported.
+// checkReferences looks up the PVCs the spec names, and the APIs its Gateway
+// traffic needs. A missing one stops the Deployment from being applied (its pods
+// could not start, or could not be routed to as asked) and is reported.
+//
+// The credentials Secrets the spec names are not read: the operator may not read
+// Secrets. The kubelet says when one or a key of it is missing, in the status of
+// the pod that cannot start (see missingSecret).
 func (r *Reconciler) checkReferences(ctx context.Context, s *scope) (ctrl.Result, error) {
 	obj := s.obj
-	src := obj.Spec.Model.Source
 	var p *problem
 	var err error
-	switch {
-	case src.S3 != nil && src.S3.CredentialsSecretRef != nil:
-		ref := src.S3.CredentialsSecretRef
-		p, err = r.checkSecret(ctx, obj.Namespace, ref.Name, "spec.model.source.s3.credentialsSecretRef", accessKeyIDKey(ref), secretAccessKeyKey(ref))
-	case src.HTTP != nil && src.HTTP.BearerTokenSecretRef != nil:
-		ref := src.HTTP.BearerTokenSecretRef
-		p, err = r.checkSecret(ctx, obj.Namespace, ref.Name, "spec.model.source.http.bearerTokenSecretRef", ref.Key)
-	case src.PVC != nil:
+	if src := obj.Spec.Model.Source; src.PVC != nil {
 		p, err = r.checkPVC(ctx, obj.Namespace, src.PVC.ClaimName, "spec.model.source.pvc.claimName")
 	}
 	if err == nil && p == nil {
@@ -48,29 +44,10 @@ func (r *Reconciler) checkReferences(ctx context.Context, s *scope) (ctrl.Result
 	}
 	s.obs.referenceProblem = p
 	if p != nil {
-		// Secrets, foreign PVCs and CRDs are not watched (that would cache every
-		// Secret in the cluster), so look again after a while.
+		// Users' PVCs and CRDs are not watched, so look again after a while.
 		return ctrl.Result{RequeueAfter: waitingRequeue}, nil
 	}
 	return ctrl.Result{}, nil
-}
-
-func (r *Reconciler) checkSecret(ctx context.Context, namespace, name, field string, keys ...string) (*problem, error) {
-	secret := &corev1.Secret{}
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, secret); err != nil {
-		if apierrors.IsNotFound(err) {
-			return &problem{servingv1.ReasonSecretNotFound, fmt.Sprintf(
-				"Secret %q named in %s does not exist in namespace %s; create it with the keys %v", name, field, namespace, keys)}, nil
-		}
-		return nil, fmt.Errorf("reading Secret %s/%s: %w", namespace, name, err)
-	}
-	for _, key := range keys {
-		if _, ok := secret.Data[key]; !ok {
-			return &problem{servingv1.ReasonSecretKeyMissing, fmt.Sprintf(
-				"Secret %q named in %s has no key %q; add it, or name the key that holds it", name, field, key)}, nil
-		}
-	}
-	return nil, nil
 }
 
 func (r *Reconciler) checkPVC(ctx context.Context, namespace, name, field string) (*problem, error) {

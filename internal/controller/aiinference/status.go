@@ -21,7 +21,9 @@ import (
 
 // observation is what one reconcile pass saw; the status is derived from it alone.
 type observation struct {
-	// referenceProblem is set when a referenced Secret or PVC is missing or incomplete.
+	// referenceProblem is set when a referenced PVC is missing or an API the
+	// spec needs is not served. (A missing Secret shows in the pods: see
+	// missingSecret.)
 	referenceProblem *problem
 	// nameConflict is set when a child's name is taken by an object the
 	// AIInference does not control.
@@ -203,7 +205,7 @@ type verdict struct {
 // summarize picks the phase and the Ready condition. The order matters: a problem a
 // person must fix outranks waiting, and the most advanced pod explains the wait.
 func summarize(obj *servingv1.AIInference, obs observation, loads loadAssessment, ro rollout) (servingv1.Phase, verdict) {
-	for _, p := range []*problem{obs.referenceProblem, obs.nameConflict} {
+	for _, p := range []*problem{obs.referenceProblem, missingSecret(obj, obs.pods), obs.nameConflict} {
 		if p != nil {
 			return servingv1.PhasePending, verdict{status: metav1.ConditionFalse, reason: p.reason, message: p.message, stalled: true}
 		}
@@ -238,6 +240,53 @@ func summarize(obj *servingv1.AIInference, obs observation, loads loadAssessment
 		v.message = fmt.Sprintf("The rollout made no progress within progressDeadlineSeconds (%s); %s", ro.deadlineExceeded, v.message)
 	}
 	return phase, v
+}
+
+// missingSecret is the problem of a credentials Secret the spec names that is
+// missing, or lacks a key the loader reads, as the kubelet tells it in a pod of
+// the current spec; nil when none says so. The operator does not read Secrets
+// itself (it may not), so the Deployment is applied and its pods say it: the
+// kubelet cannot build the loader's environment, and its container waits with
+// CreateContainerConfigError and the error of makeEnvironmentVariables
+// (k8s.io/kubernetes pkg/kubelet) for a secretKeyRef that is not optional:
+//   - `secret "NAME" not found` (the kubelet's Secret manager, which watches the
+//     Secrets its pods use; `secrets "NAME" not found` from the API server when
+//     it is set to read them directly);
+//   - `couldn't find key KEY in Secret NAMESPACE/NAME`.
+//
+// Matched against the spec's reference, so that the message names the spec's
+// field; any other CreateContainerConfigError stays PodStartFailed. Once the
+// Secret or key is there, the kubelet starts the container at its next try, and
+// the pod's status change brings the next pass.
+func missingSecret(obj *servingv1.AIInference, pods []podView) *problem {
+	var name, field string
+	var keys []string
+	switch src := obj.Spec.Model.Source; {
+	case src.S3 != nil && src.S3.CredentialsSecretRef != nil:
+		ref := src.S3.CredentialsSecretRef
+		name, field, keys = ref.Name, "spec.model.source.s3.credentialsSecretRef", []string{accessKeyIDKey(ref), secretAccessKeyKey(ref)}
+	case src.HTTP != nil && src.HTTP.BearerTokenSecretRef != nil:
+		ref := src.HTTP.BearerTokenSecretRef
+		name, field, keys = ref.Name, "spec.model.source.http.bearerTokenSecretRef", []string{ref.Key}
+	default:
+		return nil
+	}
+	for _, p := range pods {
+		if !p.Current || p.ConfigError == "" {
+			continue
+		}
+		if msg := p.ConfigError; msg == fmt.Sprintf("secret %q not found", name) || msg == fmt.Sprintf("secrets %q not found", name) {
+			return &problem{servingv1.ReasonSecretNotFound, fmt.Sprintf(
+				"Secret %q named in %s does not exist in namespace %s; create it with the keys %v", name, field, obj.Namespace, keys)}
+		}
+		for _, key := range keys {
+			if p.ConfigError == fmt.Sprintf("couldn't find key %s in Secret %s/%s", key, obj.Namespace, name) {
+				return &problem{servingv1.ReasonSecretKeyMissing, fmt.Sprintf(
+					"Secret %q named in %s has no key %q; add it, or name the key that holds it", name, field, key)}
+			}
+		}
+	}
+	return nil
 }
 
 // waitingVerdict explains why the current spec does not serve yet.

@@ -315,9 +315,9 @@ func TestComputeStatus(t *testing.T) {
 		},
 		{name: "scaled to zero", replicas: 0, obs: observation{deployment: deploymentWith(0, 0, 0)}, phase: servingv1.PhaseReady, reason: servingv1.ReasonScaledToZero},
 		{
-			name: "missing secret stalls", replicas: 1,
-			obs:   observation{referenceProblem: &problem{servingv1.ReasonSecretNotFound, "Secret \"x\" does not exist"}},
-			phase: servingv1.PhasePending, reason: servingv1.ReasonSecretNotFound, stalled: true,
+			name: "missing claim stalls", replicas: 1,
+			obs:   observation{referenceProblem: &problem{servingv1.ReasonPVCNotFound, "PersistentVolumeClaim \"x\" does not exist"}},
+			phase: servingv1.PhasePending, reason: servingv1.ReasonPVCNotFound, stalled: true,
 		},
 		{
 			name: "permanent failure stalls", replicas: 1,

@@ -363,36 +363,79 @@ func TestPermanentLoadFailureFailsAtOnce(t *testing.T) {
 	}).WithTimeout(2*time.Second).Should(Succeed(), "a permanent failure is not retried")
 }
 
+// TestMissingReferencesAreReportedAndRecovered: a missing credentials Secret or
+// key is told by the kubelet in the status of the pod that cannot start (the
+// operator may not read Secrets); a missing claim by the operator, which then
+// applies no Deployment. envtest runs no kubelet: the test writes the pod
+// status a real one writes (its messages as in k8s.io/kubernetes v1.37.2's
+// makeEnvironmentVariables); TestRealNodeFailureReasons runs the same on a real
+// kubelet.
 func TestMissingReferencesAreReportedAndRecovered(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
+	ctx := context.Background()
 	ns := newNamespace(t)
 	obj := newInference(ns, "no-secret")
-	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
+	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
 	key := client.ObjectKeyFromObject(obj)
+	// The Deployment is applied: the operator does not know the Secret is missing.
+	getDeployment(g, key)
+
+	pod := podFor(t, g, obj, "no-secret-pod")
+	bind(g, pod, "gpu-node-1")
+	configError := func(message string) func(*corev1.PodStatus) {
+		return func(s *corev1.PodStatus) {
+			s.InitContainerStatuses = loaderStatus(corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: message}})
+		}
+	}
+	setPodStatus(g, pod, configError(`secret "s3-creds" not found`))
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(readyCondition(obj).Reason).To(Equal(servingv1.ReasonSecretNotFound), readyCondition(obj).Message)
 		g.Expect(obj.Status.Phase).To(Equal(servingv1.PhasePending))
-		g.Expect(readyCondition(obj).Reason).To(Equal(servingv1.ReasonSecretNotFound))
-		g.Expect(readyCondition(obj).Message).To(ContainSubstring(`Secret "s3-creds"`))
+		g.Expect(readyCondition(obj).Message).To(Equal(`Secret "s3-creds" named in spec.model.source.s3.credentialsSecretRef does not exist in namespace ` +
+			ns + `; create it with the keys [AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY]`))
 		g.Expect(meta.IsStatusConditionTrue(obj.Status.Conditions, servingv1.ConditionStalled)).To(BeTrue())
 	})
-	g.Expect(apierrors.IsNotFound(k8s.Get(context.Background(), key, &appsv1.Deployment{}))).To(BeTrue(),
-		"no Deployment while its pods could not start")
 
-	createS3Secret(t, ns)
-	// Secrets are not watched: the Deployment follows on the next look, within 30s.
-	g.Eventually(func() error { return k8s.Get(context.Background(), key, &appsv1.Deployment{}) }).WithTimeout(40 * time.Second).Should(Succeed())
-	eventually(t, g, key, 40*time.Second, func(g Gomega, obj *servingv1.AIInference) {
+	// The Secret, with a key short: the kubelet's next try fails on the key.
+	g.Expect(k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-creds"},
+		StringData: map[string]string{"AWS_ACCESS_KEY_ID": "id"}})).To(Succeed())
+	setPodStatus(g, pod, configError("couldn't find key AWS_SECRET_ACCESS_KEY in Secret "+ns+"/s3-creds"))
+	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(readyCondition(obj).Reason).To(Equal(servingv1.ReasonSecretKeyMissing), readyCondition(obj).Message)
+		g.Expect(obj.Status.Phase).To(Equal(servingv1.PhasePending))
+		g.Expect(readyCondition(obj).Message).To(Equal(`Secret "s3-creds" named in spec.model.source.s3.credentialsSecretRef has no key "AWS_SECRET_ACCESS_KEY"; add it, or name the key that holds it`))
+		g.Expect(meta.IsStatusConditionTrue(obj.Status.Conditions, servingv1.ConditionStalled)).To(BeTrue())
+	})
+
+	// The key added, the kubelet starts the loader: the pod's change, not a
+	// periodic look, brings the next pass.
+	g.Eventually(func() error {
+		secret := &corev1.Secret{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s3-creds"}, secret); err != nil {
+			return err
+		}
+		secret.Data["AWS_SECRET_ACCESS_KEY"] = []byte("secret")
+		return k8s.Update(ctx, secret)
+	}).WithTimeout(waitTimeout).Should(Succeed())
+	setPodStatus(g, pod, func(s *corev1.PodStatus) {
+		s.InitContainerStatuses = loaderStatus(corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}})
+	})
+	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(readyCondition(obj).Reason).To(Equal(servingv1.ReasonLoading))
 		g.Expect(meta.FindStatusCondition(obj.Status.Conditions, servingv1.ConditionStalled)).To(BeNil())
 	})
+	g.Expect(secretReadsOf(ns)).To(BeZero(), "the operator asked for the namespace's Secrets")
 
 	pvc := newInference(ns, "no-pvc")
 	pvc.Spec.Model.Source = servingv1.ModelSource{PVC: &servingv1.PVCSource{ClaimName: "weights", Path: "llama"}}
-	g.Expect(k8s.Create(context.Background(), pvc)).To(Succeed())
+	g.Expect(k8s.Create(ctx, pvc)).To(Succeed())
 	eventually(t, g, client.ObjectKeyFromObject(pvc), waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		g.Expect(readyCondition(obj).Reason).To(Equal(servingv1.ReasonPVCNotFound))
 		g.Expect(readyCondition(obj).Message).To(ContainSubstring("spec.model.source.pvc.claimName"))
 	})
+	g.Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(pvc), &appsv1.Deployment{}))).To(BeTrue(),
+		"no Deployment while its claim is missing")
 }
 
 func TestUnchangedObjectCausesNoWrites(t *testing.T) {

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -38,10 +40,12 @@ var (
 	managerWrites atomic.Int64
 	// writeLog records the manager's write requests, for failure messages.
 	writeLog sync.Map
-	// secretReads counts, per namespace, the manager's reads of Secrets. Secrets are
-	// not cached, so each reconcile of an object with a credentials Secret reads it
-	// once, at its start: a test sees its own object's reconciles this way.
+	// secretReads counts, per namespace ("" for the cluster), the manager's
+	// requests for Secrets: there must be none, as the operator may not read them.
 	secretReads sync.Map
+	// reconciles counts, per namespace, the reconciles the controller started (its
+	// Reconcile spans): a test sees its own object's reconciles this way.
+	reconciles sync.Map
 	// childReads records, per namespace, the manager's reads of single
 	// ConfigMaps, Services and Deployments from the API server (not the cache).
 	childReads sync.Map
@@ -90,6 +94,7 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(reconcileCounter{})))
 	mgrCfg := rest.CopyConfig(cfg)
 	mgrCfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return writeCounter{rt} }
 	mgr, err := manager.New(mgrCfg, manager.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0", LoaderImage: "example.test/model-loader:test"})
@@ -104,11 +109,41 @@ func runSuite(m *testing.M) int {
 		cancel()
 		<-done
 	}()
-	return m.Run()
+	code := m.Run()
+	var read []string
+	secretReads.Range(func(ns, n any) bool {
+		read = append(read, fmt.Sprintf("%q: %d", ns, n.(*atomic.Int64).Load()))
+		return true
+	})
+	if len(read) > 0 {
+		fmt.Fprintf(os.Stderr, "the operator asked the API server for Secrets (requests by namespace: %s); it may not read them\n", strings.Join(read, ", "))
+		code = 1
+	}
+	return code
 }
 
-// writeCounter counts requests that change state on the API server, and reads of
-// Secrets and of single children.
+// reconcileCounter counts the controller's reconciles by namespace, as their
+// Reconcile spans start (internal/controller/aiinference's tracing).
+type reconcileCounter struct{}
+
+func (reconcileCounter) OnStart(_ context.Context, span sdktrace.ReadWriteSpan) {
+	if span.Name() != "Reconcile" {
+		return
+	}
+	for _, kv := range span.Attributes() {
+		if kv.Key == "aiinference.namespace" {
+			n, _ := reconciles.LoadOrStore(kv.Value.AsString(), new(atomic.Int64))
+			n.(*atomic.Int64).Add(1)
+		}
+	}
+}
+
+func (reconcileCounter) OnEnd(sdktrace.ReadOnlySpan)      {}
+func (reconcileCounter) Shutdown(context.Context) error   { return nil }
+func (reconcileCounter) ForceFlush(context.Context) error { return nil }
+
+// writeCounter counts requests that change state on the API server, requests
+// for Secrets, and reads of single children.
 type writeCounter struct{ next http.RoundTripper }
 
 func (w writeCounter) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -116,7 +151,7 @@ func (w writeCounter) RoundTrip(req *http.Request) (*http.Response, error) {
 	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
 		writeLog.Store(managerWrites.Add(1), req.Method+" "+req.URL.Path)
 	case http.MethodGet:
-		if ns, rest, ok := strings.Cut(strings.TrimPrefix(req.URL.Path, "/api/v1/namespaces/"), "/secrets/"); ok && rest != "" {
+		if ns, ok := secretsPath(req.URL.Path); ok {
 			n, _ := secretReads.LoadOrStore(ns, new(atomic.Int64))
 			n.(*atomic.Int64).Add(1)
 		}
@@ -126,6 +161,20 @@ func (w writeCounter) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	return w.next.RoundTrip(req)
+}
+
+// secretsPath tells whether a path is of Secrets (one, a list or a watch), and
+// their namespace ("" for every namespace).
+func secretsPath(p string) (namespace string, ok bool) {
+	parts := strings.Split(strings.Trim(p, "/"), "/")
+	// api/v1/secrets, api/v1/namespaces/NS/secrets[/NAME]
+	switch {
+	case len(parts) >= 3 && parts[0] == "api" && parts[2] == "secrets":
+		return "", true
+	case len(parts) >= 5 && parts[0] == "api" && parts[2] == "namespaces" && parts[4] == "secrets":
+		return parts[3], true
+	}
+	return "", false
 }
 
 // singleChild tells whether a path names one ConfigMap, Service or Deployment,
@@ -155,8 +204,16 @@ func childReadsOf(namespace string) []string {
 	return names
 }
 
-// reconcilesOf counts the reconciles of objects in a namespace that read a Secret.
+// reconcilesOf counts the reconciles of objects in a namespace.
 func reconcilesOf(namespace string) int64 {
+	if n, ok := reconciles.Load(namespace); ok {
+		return n.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
+// secretReadsOf counts the manager's requests for the Secrets of a namespace.
+func secretReadsOf(namespace string) int64 {
 	if n, ok := secretReads.Load(namespace); ok {
 		return n.(*atomic.Int64).Load()
 	}
