@@ -587,7 +587,7 @@ type AIInference struct {
 	Status AIInferenceStatus `json:"status,omitempty"`
 
 	// decodeError is set by UnmarshalJSON when the spec could not be read.
-	decodeError string
+	decodeError string `json:"-"`
 }
 
 // AIInferenceList is a list of AIInference.

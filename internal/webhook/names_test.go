@@ -4,8 +4,10 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -75,10 +77,14 @@ func TestNamesThatCannotWorkAreRefused(t *testing.T) {
 
 	t.Run("canary traffic added to a long name", func(t *testing.T) {
 		g := NewWithT(t)
-		obj := &servingv1.AIInference{}
-		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: strings.Repeat("c", 57)}, obj)).To(Succeed())
-		withGatewayCanary(obj)
-		err := k8s.Update(ctx, obj)
+		var err error
+		g.Eventually(func() bool {
+			obj := &servingv1.AIInference{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: strings.Repeat("c", 57)}, obj)).To(Succeed())
+			withGatewayCanary(obj)
+			err = k8s.Update(ctx, obj)
+			return !apierrors.IsConflict(err) // the controller writes status meanwhile
+		}).WithTimeout(10 * time.Second).Should(BeTrue())
 		g.Expect(err).To(HaveOccurred(), "an update that the name cannot take was admitted")
 		g.Expect(err.Error()).To(ContainSubstring("more than 56 characters"))
 	})
