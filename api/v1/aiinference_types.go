@@ -586,8 +586,9 @@ type AIInference struct {
 	Spec   AIInferenceSpec   `json:"spec"`
 	Status AIInferenceStatus `json:"status,omitempty"`
 
-	// decodeError is set by UnmarshalJSON when the spec could not be read.
-	decodeError string `json:"-"`
+	// UnreadableSpec is set by UnmarshalJSON when the spec could not be read
+	// (see DecodeError); never stored. Exported for equality.Semantic.
+	UnreadableSpec string `json:"-"`
 }
 
 // AIInferenceList is a list of AIInference.

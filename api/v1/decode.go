@@ -24,7 +24,7 @@ func (in *AIInference) UnmarshalJSON(data []byte) error {
 	// Case-sensitive, as the API machinery's own decoder is.
 	err := kjson.UnmarshalCaseSensitivePreserveInts(data, (*plain)(in))
 	if err == nil {
-		in.decodeError = ""
+		in.UnreadableSpec = ""
 		return nil
 	}
 	var readable struct {
@@ -43,10 +43,10 @@ func (in *AIInference) UnmarshalJSON(data []byte) error {
 			return err
 		}
 	}
-	in.decodeError = fmt.Sprintf("the stored spec cannot be read as %s: %v", GroupVersion, err)
+	in.UnreadableSpec = fmt.Sprintf("the stored spec cannot be read as %s: %v", GroupVersion, err)
 	return nil
 }
 
 // DecodeError says why the object's spec could not be read; "" when it could.
 // An object with one has an empty Spec and must not be acted on.
-func (in *AIInference) DecodeError() string { return in.decodeError }
+func (in *AIInference) DecodeError() string { return in.UnreadableSpec }

@@ -62,6 +62,11 @@ func filler(t *testing.T) *randfill.Filler {
 				*tm = metav1.Unix(c.Int63n(4_000_000_000), 0)
 			},
 			func(tm *metav1.TypeMeta, c randfill.Continue) { *tm = metav1.TypeMeta{} },
+			// Set only by decoding an unreadable stored object; never converted.
+			func(o *servingv1.AIInference, c randfill.Continue) {
+				c.FillNoCustom(o)
+				o.UnreadableSpec = ""
+			},
 			// Model URIs in every shape v1alpha1 knows, with random parts, besides
 			// the wholly random strings the filler makes by itself.
 			func(s *AIInferenceSpec, c randfill.Continue) {
