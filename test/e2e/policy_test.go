@@ -108,8 +108,7 @@ func TestAdmissionPolicyOnTheLocalCluster(t *testing.T) {
 	t.Logf("admitted %s (image %s, ServiceAccount %s) Ready %s after creation", allowed.Name, allowed.Spec.Engine.Image, allowed.Spec.ServiceAccountName,
 		time.Since(begin).Round(100*time.Millisecond))
 	if realNodeAsked() {
-		pods := servingPods(g, allowed)
-		g.Expect(pods).To(HaveLen(1))
+		pods := oneServingPod(g, allowed)
 		g.Expect(pods[0].Spec.ServiceAccountName).To(Equal("model-server"))
 		g.Expect(pods[0].Spec.Containers[0].Image).To(Equal(allowed.Spec.Engine.Image))
 	}
