@@ -151,7 +151,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		cfg.QPS, cfg.Burst = opts.KubeAPIQPS, opts.KubeAPIBurst
 	}
 	// Only children the operator made are cached, not every pod or ConfigMap of the cluster.
-	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{aiinference.LabelManagedBy: aiinference.ManagedByValue})}
+	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{servingv1.LabelManagedBy: servingv1.ManagedByValue})}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsOpts,

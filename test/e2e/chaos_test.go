@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/controller/aiinference"
 	"github.com/aiinference/operator/internal/localcluster"
 )
 
@@ -88,7 +87,7 @@ func TestChaosOperatorKilledWhileItWorks(t *testing.T) {
 		obj := chaosObject(ns, names[i])
 		if i >= 20 && i < 25 {
 			failing := metav1.ObjectMeta{}
-			localcluster.InitContainerFailure{Container: aiinference.LoaderContainerName, ExitCode: 10, Reason: "Error", Message: "connection reset by peer"}.Apply(&failing)
+			localcluster.InitContainerFailure{Container: servingv1.LoaderContainerName, ExitCode: 10, Reason: "Error", Message: "connection reset by peer"}.Apply(&failing)
 			obj.Spec.PodMetadata = &servingv1.PodMetadata{Labels: failing.Labels, Annotations: failing.Annotations}
 		}
 		g.Expect(e.k8s.Create(ctx, obj)).To(Succeed())
@@ -141,7 +140,7 @@ func TestChaosOperatorKilledWhileItWorks(t *testing.T) {
 	}
 	g.Eventually(func(g Gomega) {
 		for _, children := range []client.ObjectList{&appsv1.DeploymentList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{}} {
-			g.Expect(e.k8s.List(ctx, children, client.InNamespace(ns), client.MatchingLabels{aiinference.LabelManagedBy: aiinference.ManagedByValue})).To(Succeed())
+			g.Expect(e.k8s.List(ctx, children, client.InNamespace(ns), client.MatchingLabels{servingv1.LabelManagedBy: servingv1.ManagedByValue})).To(Succeed())
 			items, err := meta.ExtractList(children)
 			g.Expect(err).NotTo(HaveOccurred())
 			per := map[string]int{}

@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/controller/aiinference"
 	"github.com/aiinference/operator/internal/localcluster"
 )
 
@@ -60,7 +59,7 @@ func readyReason(got *servingv1.AIInference) string {
 func podProducts(g Gomega, obj *servingv1.AIInference) []string {
 	pods := &corev1.PodList{}
 	g.Expect(k8s.List(context.Background(), pods, client.InNamespace(obj.Namespace),
-		client.MatchingLabels{aiinference.LabelInference: obj.Name})).To(Succeed())
+		client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
 	var products []string
 	for _, pod := range pods.Items {
 		if pod.DeletionTimestamp != nil || pod.Spec.NodeName == "" {
@@ -68,7 +67,7 @@ func podProducts(g Gomega, obj *servingv1.AIInference) []string {
 		}
 		node := &corev1.Node{}
 		g.Expect(k8s.Get(context.Background(), client.ObjectKey{Name: pod.Spec.NodeName}, node)).To(Succeed())
-		products = append(products, node.Labels[aiinference.GPUProductLabel])
+		products = append(products, node.Labels[servingv1.GPUProductLabel])
 	}
 	return products
 }
@@ -127,7 +126,7 @@ func TestLoaderFailureRetriesThenFailsThenRecovers(t *testing.T) {
 	ns := newNamespace(t)
 	obj := inference(ns, "flaky-store", 1, localcluster.GPUProductL4)
 	failing := metav1.ObjectMeta{}
-	localcluster.InitContainerFailure{Container: aiinference.LoaderContainerName, ExitCode: 10, Reason: "Error", Message: "connection reset by peer"}.Apply(&failing)
+	localcluster.InitContainerFailure{Container: servingv1.LoaderContainerName, ExitCode: 10, Reason: "Error", Message: "connection reset by peer"}.Apply(&failing)
 	obj.Spec.PodMetadata = &servingv1.PodMetadata{Labels: failing.Labels, Annotations: failing.Annotations}
 	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
 	// Fixing the spec (here: the pods no longer fail) recovers without other help.
@@ -154,7 +153,7 @@ func retriedInPlaceThenFixed(t *testing.T, g *WithT, obj *servingv1.AIInference,
 	// One pod, restarted in place: the kubelet, not the operator, ran the retries.
 	pods := &corev1.PodList{}
 	g.Expect(k8s.List(context.Background(), pods, client.InNamespace(obj.Namespace),
-		client.MatchingLabels{aiinference.LabelInference: obj.Name})).To(Succeed())
+		client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
 	g.Expect(pods.Items).To(HaveLen(1))
 	g.Expect(loaderRestarts(g, obj)).To(BeNumerically(">=", bound-1))
 	// The kubelet goes on restarting the loader; the object stays Failed and
@@ -293,7 +292,7 @@ func TestScaleRollAndDelete(t *testing.T) {
 	g.Expect(k8s.Delete(ctx, obj)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		for _, list := range []client.ObjectList{&appsv1.DeploymentList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{}, &corev1.PodList{}} {
-			g.Expect(k8s.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{aiinference.LabelInference: obj.Name})).To(Succeed())
+			g.Expect(k8s.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
 			g.Expect(meta.LenList(list)).To(BeZero(), "%T left after deleting the AIInference", list)
 		}
 	}).WithTimeout(readyTimeout).Should(Succeed())
@@ -330,7 +329,7 @@ func TestOperatorRestartConverges(t *testing.T) {
 		got := &servingv1.AIInference{}
 		g.Expect(e.k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
 		for _, list := range []client.ObjectList{&appsv1.DeploymentList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{}} {
-			g.Expect(e.k8s.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{aiinference.LabelInference: obj.Name})).To(Succeed())
+			g.Expect(e.k8s.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
 			items, err := meta.ExtractList(list)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(items).To(HaveLen(1), "%T of %s", list, obj.Name)

@@ -29,7 +29,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/controller/aiinference"
 	"github.com/aiinference/operator/internal/loader/s3test"
 	"github.com/aiinference/operator/internal/loadspec"
 	"github.com/aiinference/operator/internal/localcluster"
@@ -150,7 +149,7 @@ func realInference(t *testing.T, store *localcluster.ObjectStore, ns, name strin
 func servingPods(g Gomega, obj *servingv1.AIInference) []corev1.Pod {
 	pods := &corev1.PodList{}
 	g.Expect(k8s.List(context.Background(), pods, client.InNamespace(obj.Namespace),
-		client.MatchingLabels{aiinference.LabelInference: obj.Name})).To(Succeed())
+		client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
 	var ready []corev1.Pod
 	for _, p := range pods.Items {
 		for _, c := range p.Status.Conditions {
@@ -345,11 +344,11 @@ func TestRealNodeCorruptionStopsDownloads(t *testing.T) {
 func loaderRestarts(g Gomega, obj *servingv1.AIInference) int32 {
 	pods := &corev1.PodList{}
 	g.Expect(k8s.List(context.Background(), pods, client.InNamespace(obj.Namespace),
-		client.MatchingLabels{aiinference.LabelInference: obj.Name})).To(Succeed())
+		client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
 	var n int32
 	for _, p := range pods.Items {
 		for _, cs := range p.Status.InitContainerStatuses {
-			if cs.Name == aiinference.LoaderContainerName {
+			if cs.Name == servingv1.LoaderContainerName {
 				n += cs.RestartCount
 			}
 		}
@@ -517,7 +516,7 @@ func TestRealNodeRollingUpdateDropsNoRequest(t *testing.T) {
 	waitFor(t, g, obj, realReadyTimeout, beReady(1))
 	g.Eventually(func(g Gomega) {
 		pods := &corev1.PodList{}
-		g.Expect(k8s.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{aiinference.LabelInference: obj.Name})).To(Succeed())
+		g.Expect(k8s.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
 		g.Expect(pods.Items).To(HaveLen(1), "the old pod is gone")
 	}).WithTimeout(time.Minute).Should(Succeed())
 	rollout := time.Since(begin)
@@ -544,7 +543,7 @@ func TestRealNodeWarmupGateHoldsABrokenEngine(t *testing.T) {
 	})
 	// The engine's health says yes; its completions say no, and so does the pod.
 	pods := &corev1.PodList{}
-	g.Expect(k8s.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{aiinference.LabelInference: obj.Name})).To(Succeed())
+	g.Expect(k8s.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
 	g.Expect(pods.Items).To(HaveLen(1))
 	pod := pods.Items[0]
 	httpClient := &http.Client{Timeout: 5 * time.Second}

@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/controller/aiinference"
 	"github.com/aiinference/operator/internal/loader"
 	"github.com/aiinference/operator/internal/loader/s3test"
 	"github.com/aiinference/operator/internal/loadspec"
@@ -320,13 +319,13 @@ func runReasonCase(t *testing.T, c reasonCase, newObject func(t *testing.T, ns, 
 func reasonCases() []reasonCase {
 	loaderFails := func(f localcluster.InitContainerFailure) func(*testing.T, *WithT, string, *servingv1.AIInference) {
 		return func(_ *testing.T, _ *WithT, _ string, obj *servingv1.AIInference) {
-			f.Container = aiinference.LoaderContainerName
+			f.Container = servingv1.LoaderContainerName
 			podMetadata(obj, f.Apply)
 		}
 	}
 	engineCrashes := func(c localcluster.ContainerCrashLoop) func(*testing.T, *WithT, string, *servingv1.AIInference) {
 		return func(_ *testing.T, _ *WithT, _ string, obj *servingv1.AIInference) {
-			c.Container = aiinference.EngineContainerName
+			c.Container = servingv1.EngineContainerName
 			podMetadata(obj, c.Apply)
 		}
 	}
@@ -386,7 +385,7 @@ func reasonCases() []reasonCase {
 				fakeImagePuller(t, ns)
 			},
 			failedAt: seen(func(obj client.Object) bool {
-				return containerWaiting(obj, aiinference.EngineContainerName, "ErrImagePull")
+				return containerWaiting(obj, servingv1.EngineContainerName, "ErrImagePull")
 			}),
 			reason: servingv1.ReasonPodStartFailed, phase: servingv1.PhaseLoading,
 			message:     []string{unpullableImage, "check the image names"},
@@ -496,7 +495,7 @@ func reasonCases() []reasonCase {
 			// FallbackToLogsOnError: the message is the end of the engine's log.
 			setup: engineCrashes(localcluster.ContainerCrashLoop{ExitCode: 137, Reason: "OOMKilled",
 				Message: "INFO 05-02 10:00:01 model_runner.py:1071] Loading model weights took 14.9 GiB"}),
-			failedAt: seen(func(obj client.Object) bool { return containerExited(obj, aiinference.EngineContainerName, 137) }),
+			failedAt: seen(func(obj client.Object) bool { return containerExited(obj, servingv1.EngineContainerName, 137) }),
 			reason:   servingv1.ReasonEngineCrashLooping,
 			message:  []string{"engine container restarted", "last exit code 137 (OOMKilled)", "Loading model weights took 14.9 GiB"},
 			fix: fixSpec(func(o *servingv1.AIInference) {
@@ -508,7 +507,7 @@ func reasonCases() []reasonCase {
 			name: "engine-crash-loop",
 			setup: engineCrashes(localcluster.ContainerCrashLoop{ExitCode: 1,
 				Message: "api_server.py: error: unrecognized arguments: --max-model-lenght 4096"}),
-			failedAt: seen(func(obj client.Object) bool { return containerExited(obj, aiinference.EngineContainerName, 1) }),
+			failedAt: seen(func(obj client.Object) bool { return containerExited(obj, servingv1.EngineContainerName, 1) }),
 			reason:   servingv1.ReasonEngineCrashLooping,
 			message:  []string{"last exit code 1 (Error): api_server.py: error: unrecognized arguments: --max-model-lenght 4096", "check the engine's logs and engine.args"},
 			fix:      fixSpec(func(o *servingv1.AIInference) { o.Spec.Engine.Args = []string{"--max-model-len", "4096"} }),
@@ -522,7 +521,7 @@ func reasonCases() []reasonCase {
 			name:  "probe-failing",
 			setup: engineCrashes(localcluster.ContainerCrashLoop{RunFor: time.Hour}),
 			failedAt: seen(func(obj client.Object) bool {
-				s := containerStatus(obj, aiinference.EngineContainerName)
+				s := containerStatus(obj, servingv1.EngineContainerName)
 				return s != nil && s.State.Running != nil && !s.Ready
 			}),
 			reason:  servingv1.ReasonEngineStarting,
@@ -535,11 +534,11 @@ func reasonCases() []reasonCase {
 			// gate exits after loading.timeout with its reason.
 			name: "warmup-failing",
 			setup: func(_ *testing.T, _ *WithT, _ string, obj *servingv1.AIInference) {
-				podMetadata(obj, localcluster.InitContainerFailure{Container: aiinference.WarmupContainerName, ExitCode: 1,
+				podMetadata(obj, localcluster.InitContainerFailure{Container: servingv1.WarmupContainerName, ExitCode: 1,
 					Message: "no completion from the engine at http://127.0.0.1:8000 succeeded within 30m0s (186 attempts); " +
 						"last: POST /v1/completions: 404 Not Found: The model `warmup-failing-model` does not exist."}.Apply)
 			},
-			failedAt: seen(func(obj client.Object) bool { return containerExited(obj, aiinference.WarmupContainerName, 1) }),
+			failedAt: seen(func(obj client.Object) bool { return containerExited(obj, servingv1.WarmupContainerName, 1) }),
 			reason:   servingv1.ReasonWarmupFailed,
 			message:  []string{"warm-up gate exited", "times without a completion from the engine; last exit code 1 (Error)", "The model `warmup-failing-model` does not exist"},
 			fix: fixSpec(func(o *servingv1.AIInference) {
@@ -645,7 +644,7 @@ func podMetadata(obj *servingv1.AIInference, apply func(metav1.Object)) {
 func clearPodFailures(clear func(metav1.Object)) func(*testing.T, *WithT, string, *servingv1.AIInference) {
 	return func(_ *testing.T, g *WithT, ns string, obj *servingv1.AIInference) {
 		pods := &corev1.PodList{}
-		g.Expect(k8s.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{aiinference.LabelInference: obj.Name})).To(Succeed())
+		g.Expect(k8s.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
 		g.Expect(pods.Items).NotTo(BeEmpty())
 		for _, p := range pods.Items {
 			g.Eventually(func() error {
@@ -768,12 +767,12 @@ func containerExited(obj client.Object, name string, code int32) bool {
 }
 
 func loaderExited(obj client.Object, code int32) bool {
-	return containerExited(obj, aiinference.LoaderContainerName, code)
+	return containerExited(obj, servingv1.LoaderContainerName, code)
 }
 
 // loaderStarted is when the loader's current run began; zero unless it runs.
 func loaderStarted(obj client.Object) time.Time {
-	s := containerStatus(obj, aiinference.LoaderContainerName)
+	s := containerStatus(obj, servingv1.LoaderContainerName)
 	if s == nil || s.State.Running == nil {
 		return time.Time{}
 	}
@@ -820,7 +819,7 @@ func fakeImagePuller(t *testing.T, ns string) {
 			if err := k8s.List(ctx, pods, client.InNamespace(ns)); err == nil {
 				for i := range pods.Items {
 					pod := &pods.Items[i]
-					s := containerStatus(pod, aiinference.EngineContainerName)
+					s := containerStatus(pod, servingv1.EngineContainerName)
 					if handled[pod.Name] || s == nil || s.Image != unpullableImage || s.State.Waiting == nil ||
 						!podCondition(pod, corev1.PodInitialized, corev1.ConditionTrue, "") {
 						continue
@@ -852,7 +851,7 @@ func setEngineWaiting(ctx context.Context, pod *corev1.Pod, reason, message stri
 			return
 		}
 		for i := range got.Status.ContainerStatuses {
-			if got.Status.ContainerStatuses[i].Name == aiinference.EngineContainerName {
+			if got.Status.ContainerStatuses[i].Name == servingv1.EngineContainerName {
 				got.Status.ContainerStatuses[i].State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message}}
 			}
 		}
@@ -1065,7 +1064,7 @@ func realReasonCases(store *localcluster.ObjectStore) []reasonCase {
 		{
 			name:     "real-image-pull",
 			setup:    func(_ *testing.T, _ *WithT, _ string, obj *servingv1.AIInference) { obj.Spec.Engine.Image = unpullable },
-			failedAt: seen(func(obj client.Object) bool { return imagePullFailing(obj, aiinference.EngineContainerName) }),
+			failedAt: seen(func(obj client.Object) bool { return imagePullFailing(obj, servingv1.EngineContainerName) }),
 			reason:   servingv1.ReasonPodStartFailed, phase: servingv1.PhaseLoading,
 			message:     []string{"cannot start: container engine: ", "no-such-engine"},
 			lastFailure: servingv1.ReasonPodStartFailed,
@@ -1111,7 +1110,7 @@ func realReasonCases(store *localcluster.ObjectStore) []reasonCase {
 				obj.Spec.Model.Source.S3.CredentialsSecretRef = &servingv1.S3CredentialsSecretRef{Name: "store-credentials"}
 			},
 			failedAt: seen(func(obj client.Object) bool {
-				return configErrorOn(obj, aiinference.LoaderContainerName, `secret "store-credentials" not found`)
+				return configErrorOn(obj, servingv1.LoaderContainerName, `secret "store-credentials" not found`)
 			}),
 			reason: servingv1.ReasonSecretNotFound, phase: servingv1.PhasePending, stalled: true,
 			message: []string{`Secret "store-credentials" named in spec.model.source.s3.credentialsSecretRef does not exist in namespace `,
@@ -1128,7 +1127,7 @@ func realReasonCases(store *localcluster.ObjectStore) []reasonCase {
 				obj.Spec.Model.Source.S3.CredentialsSecretRef = &servingv1.S3CredentialsSecretRef{Name: "store-credentials"}
 			},
 			failedAt: seen(func(obj client.Object) bool {
-				return configErrorOn(obj, aiinference.LoaderContainerName, "couldn't find key AWS_SECRET_ACCESS_KEY in Secret "+obj.GetNamespace()+"/store-credentials")
+				return configErrorOn(obj, servingv1.LoaderContainerName, "couldn't find key AWS_SECRET_ACCESS_KEY in Secret "+obj.GetNamespace()+"/store-credentials")
 			}),
 			reason: servingv1.ReasonSecretKeyMissing, phase: servingv1.PhasePending, stalled: true,
 			message: []string{`Secret "store-credentials" named in spec.model.source.s3.credentialsSecretRef has no key "AWS_SECRET_ACCESS_KEY"; add it, or name the key that holds it`},
@@ -1169,7 +1168,7 @@ func realReasonCases(store *localcluster.ObjectStore) []reasonCase {
 			setup: func(_ *testing.T, _ *WithT, _ string, obj *servingv1.AIInference) {
 				obj.Spec.Engine.Args = append(obj.Spec.Engine.Args, "--no-such-flag")
 			},
-			failedAt: seen(func(obj client.Object) bool { return containerExited(obj, aiinference.EngineContainerName, 0) }),
+			failedAt: seen(func(obj client.Object) bool { return containerExited(obj, servingv1.EngineContainerName, 0) }),
 			reason:   servingv1.ReasonEngineCrashLooping,
 			message:  []string{"last exit code 0"},
 			// The exit left no message; the log says why. The kubelet can fail to
@@ -1187,7 +1186,7 @@ func realReasonCases(store *localcluster.ObjectStore) []reasonCase {
 				obj.Spec.Loading.Timeout = &metav1.Duration{Duration: 10 * time.Second}
 				obj.Spec.Engine.Args = append(obj.Spec.Engine.Args, "--failure-injection-rate=100", "--failure-types=server_error")
 			},
-			failedAt: seen(func(obj client.Object) bool { return containerExited(obj, aiinference.WarmupContainerName, 1) }),
+			failedAt: seen(func(obj client.Object) bool { return containerExited(obj, servingv1.WarmupContainerName, 1) }),
 			reason:   servingv1.ReasonWarmupFailed,
 			message:  []string{"warm-up gate exited", "no completion from the engine at http://127.0.0.1:8000 succeeded within 10s"},
 			fix: fixSpec(func(o *servingv1.AIInference) {

@@ -54,7 +54,7 @@ func (r *Reconciler) applyChild(ctx context.Context, s *scope, desired, existing
 	if annotations == nil {
 		annotations = map[string]string{}
 	}
-	annotations[AnnotationSpecHash] = hash
+	annotations[servingv1.AnnotationSpecHash] = hash
 	desired.SetAnnotations(annotations)
 	if err := controllerutil.SetControllerReference(s.obj, desired, r.Scheme); err != nil {
 		return 0, err
@@ -82,7 +82,7 @@ func (r *Reconciler) applyChild(ctx context.Context, s *scope, desired, existing
 	if err != nil {
 		return 0, fmt.Errorf("reading %s %s: %w", kind, desired.GetName(), err)
 	}
-	if d, ok := existing.(*appsv1.Deployment); ok && found && podSpecDropped(d) && d.Annotations[AnnotationSpecHash] == hash {
+	if d, ok := existing.(*appsv1.Deployment); ok && found && podSpecDropped(d) && d.Annotations[servingv1.AnnotationSpecHash] == hash {
 		// The desired spec is the one last written: unchanged unless someone
 		// else wrote the spec since, which only its full copy can tell.
 		if r.verified.matches(d) {
@@ -105,14 +105,14 @@ func (r *Reconciler) applyChild(ctx context.Context, s *scope, desired, existing
 		}
 		var covered bool
 		covered, added, err = covers(existing, desired)
-		if err != nil || (covered && existing.GetAnnotations()[AnnotationSpecHash] == hash) {
+		if err != nil || (covered && existing.GetAnnotations()[servingv1.AnnotationSpecHash] == hash) {
 			if err == nil {
 				r.noteVerified(existing)
 			}
 			return applyUnchanged, err
 		}
 		// Edited by hand: the operator's desired state did not change, the child did.
-		result, drifted = applyUpdated, !covered && existing.GetAnnotations()[AnnotationSpecHash] == hash
+		result, drifted = applyUpdated, !covered && existing.GetAnnotations()[servingv1.AnnotationSpecHash] == hash
 	}
 
 	ctrl.LoggerFrom(ctx).Info("Applying "+kind, kind, klog.KObj(desired), "editedByHand", drifted)

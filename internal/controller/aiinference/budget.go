@@ -98,8 +98,8 @@ func assessLoads(obj *servingv1.AIInference, pods []podView, templateHash string
 	}
 	a.budget.Epoch = epoch
 
-	limit := maxRetries(obj)
-	timeout := loadTimeout(obj)
+	limit := obj.MaxRetries()
+	timeout := obj.LoadTimeout()
 	for _, p := range current {
 		if counted[p.Name] == deletedForTimeout || a.budget.Halted != "" {
 			continue // once halted the ledger is frozen: halted runs are not failures
@@ -124,7 +124,7 @@ func assessLoads(obj *servingv1.AIInference, pods []podView, templateHash string
 		// The loader waits out its back-off, then downloads for at most the timeout.
 		deadline := p.LoaderStarted.Add(timeout + loaderGrace)
 		if p.LoaderFailures > 0 {
-			deadline = deadline.Add(loadspec.RetryDelay(backoff(obj), int(p.LoaderFailures)))
+			deadline = deadline.Add(loadspec.RetryDelay(obj.Backoff(), int(p.LoaderFailures)))
 		}
 		if left := deadline.Sub(now); left > 0 {
 			a.requeue = minPositive(a.requeue, left)
@@ -206,8 +206,8 @@ func failureOf(p podView, now time.Time) *servingv1.LoadFailure {
 func loaderBudget(obj *servingv1.AIInference, a loadAssessment) loadspec.Budget {
 	b := loadspec.Budget{
 		Epoch:       a.budget.Epoch,
-		MaxAttempts: int(maxRetries(obj)) + 1,
-		Backoff:     loadspec.Duration{Duration: backoff(obj)},
+		MaxAttempts: int(obj.MaxRetries()) + 1,
+		Backoff:     loadspec.Duration{Duration: obj.Backoff()},
 	}
 	if reason := a.halted(); reason != "" {
 		b.Halt = &loadspec.Failure{Reason: reason, Message: haltMessage(obj, a)}
@@ -219,7 +219,7 @@ func loaderBudget(obj *servingv1.AIInference, a loadAssessment) loadspec.Budget 
 func haltMessage(obj *servingv1.AIInference, a loadAssessment) string {
 	what := "a load failed permanently"
 	if a.halted() == servingv1.ReasonRetriesExhausted {
-		what = fmt.Sprintf("%d loads failed, past loading.maxRetries (%d)", a.failed, maxRetries(obj))
+		what = fmt.Sprintf("%d loads failed, past loading.maxRetries (%d)", a.failed, obj.MaxRetries())
 	}
 	if f := a.failure; f != nil {
 		what += fmt.Sprintf("; last on pod %s (%s): %s", f.Pod, f.Reason, f.Message)

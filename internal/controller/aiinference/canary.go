@@ -82,7 +82,7 @@ func canaryMaxSurge(c *servingv1.CanarySpec) int32 { return ptr.Deref(c.MaxSurge
 // replica fewer for each canary pod beyond the surge, but never none.
 func reducedStableReplicas(obj *servingv1.AIInference) int32 {
 	c := obj.Spec.Rollout.Canary
-	want := replicas(obj)
+	want := obj.DesiredReplicas()
 	return max(min(want, want-canaryReplicaCount(c)+canaryMaxSurge(c)), 1)
 }
 
@@ -116,7 +116,7 @@ func planRollout(in rolloutInput) rolloutPlan {
 	if obj.Status.Rollout != nil {
 		st = obj.Status.Rollout.DeepCopy()
 	}
-	plan := rolloutPlan{status: st, stableReplicas: replicas(obj)}
+	plan := rolloutPlan{status: st, stableReplicas: obj.DesiredReplicas()}
 	decide := func(decision, message string) {
 		d := servingv1.RolloutDecision{Time: metav1.NewTime(in.now.Truncate(time.Second)), Decision: decision,
 			Revision: st.CanaryRevision, Step: st.Step, Weight: st.Weight, Message: message}
@@ -134,7 +134,7 @@ func planRollout(in rolloutInput) rolloutPlan {
 	inProgress := st.Phase == servingv1.RolloutProgressing || st.Phase == servingv1.RolloutPaused || st.Phase == servingv1.RolloutInconclusive
 
 	switch {
-	case in.stableRev == "" || replicas(obj) == 0:
+	case in.stableRev == "" || obj.DesiredReplicas() == 0:
 		// The first version has nothing to be compared with, and no replicas means
 		// no traffic to judge: the stable Deployment takes the spec directly.
 		st.StableRevision, st.Weight = in.desiredRev, 0
@@ -186,7 +186,7 @@ func planRollout(in rolloutInput) rolloutPlan {
 		st.Weight = 0
 		decide(decision, message)
 		st.Phase, st.StepStartedAt, st.Message = servingv1.RolloutRolledBack, nil, message
-		plan.stableReplicas, plan.canaryReplicas = replicas(obj), 0
+		plan.stableReplicas, plan.canaryReplicas = obj.DesiredReplicas(), 0
 		return plan
 	}
 	plan.stableReplicas = reducedStableReplicas(obj)
@@ -463,12 +463,12 @@ func desiredCanaryConfigMap(obj *servingv1.AIInference, config string, budget lo
 func desiredCanaryDeployment(obj *servingv1.AIInference, desired *appsv1.Deployment, replicas int32) *appsv1.Deployment {
 	d := desired.DeepCopy()
 	d.Name = canaryName(obj)
-	d.Labels[LabelTrack] = TrackCanary
+	d.Labels[servingv1.LabelTrack] = servingv1.TrackCanary
 	selector := maps.Clone(selectorLabels(obj))
-	selector[LabelTrack] = TrackCanary
+	selector[servingv1.LabelTrack] = servingv1.TrackCanary
 	d.Spec.Selector = &metav1.LabelSelector{MatchLabels: selector}
 	d.Spec.Replicas = ptr.To(replicas)
-	d.Spec.Template.Labels[LabelTrack] = TrackCanary
+	d.Spec.Template.Labels[servingv1.LabelTrack] = servingv1.TrackCanary
 	for i := range d.Spec.Template.Spec.Volumes {
 		if v := &d.Spec.Template.Spec.Volumes[i]; v.Name == configVolume && v.ConfigMap != nil {
 			v.ConfigMap.Name = canaryConfigMapName(obj)
@@ -586,7 +586,7 @@ func (r *Reconciler) planRollout(ctx context.Context, s *scope) {
 			return r.runAnalysis(ctx, s.obj, step, a)
 		}}
 	if d := s.obs.deployment; d != nil {
-		in.stableRev = d.Spec.Template.Annotations[AnnotationTemplateHash]
+		in.stableRev = d.Spec.Template.Annotations[servingv1.AnnotationTemplateHash]
 		in.stableReady = d.Status.ReadyReplicas
 		want := ptr.Deref(d.Spec.Replicas, 1)
 		in.stableRolledOut = d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas == want &&

@@ -412,7 +412,7 @@ var unansweredFirst = handler.Funcs{
 }
 
 func podToInference(_ context.Context, obj client.Object) []reconcile.Request {
-	name, ok := obj.GetLabels()[LabelInference]
+	name, ok := obj.GetLabels()[servingv1.LabelInference]
 	if !ok {
 		return nil
 	}

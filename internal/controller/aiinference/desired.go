@@ -25,43 +25,8 @@ import (
 	"github.com/aiinference/operator/internal/warmup"
 )
 
-// Labels and annotations the operator puts on its children.
+// Names of the pod's volumes and mounts, and probe timings.
 const (
-	LabelName      = "app.kubernetes.io/name"
-	LabelInstance  = "app.kubernetes.io/instance"
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	// LabelInference names the AIInference a pod or child belongs to.
-	LabelInference = "serving.aiinference.io/inference"
-	// ManagedByValue marks every child; the operator's cache only holds objects with it.
-	ManagedByValue = "aiinference-operator"
-	// LabelTrack tells a stable pod from a canary pod (rollout.strategy Canary), so
-	// that each set can have its own Service or InferencePool.
-	LabelTrack = "serving.aiinference.io/track"
-	// TrackStable and TrackCanary are the values of LabelTrack.
-	TrackStable = "stable"
-	TrackCanary = "canary"
-
-	// AnnotationSpecHash on a child is the hash of what the operator last applied,
-	// so that an unchanged child is not written again.
-	AnnotationSpecHash = "serving.aiinference.io/spec-hash"
-	// AnnotationTemplateHash on a pod is the hash of its template, which tells pods
-	// of the current spec from those of an earlier one during a rollout.
-	AnnotationTemplateHash = "serving.aiinference.io/template-hash"
-
-	// GPUResource is the extended resource of NVIDIA GPUs.
-	GPUResource corev1.ResourceName = "nvidia.com/gpu"
-	// GPUProductLabel is the node label naming the GPU product (set by GPU feature discovery).
-	GPUProductLabel = "nvidia.com/gpu.product"
-
-	// LoaderContainerName is the init container that downloads the model.
-	LoaderContainerName = "model-loader"
-	// EngineContainerName is the model server container.
-	EngineContainerName = "engine"
-	// WarmupContainerName is the warm-up gate (engine.warmup), a native sidecar
-	// after the loader that holds the pod's readiness until the engine has
-	// answered one real completion.
-	WarmupContainerName = "warmup"
-
 	cacheVolume        = "model-cache"
 	configVolume       = "loader-config"
 	sourceVolume       = "model-source"
@@ -78,12 +43,7 @@ const (
 	preStopSleepSeconds = 5
 )
 
-// Defaults for fields the user left out. The CRD defaults them too; these cover
-// objects that were stored before a default existed.
 const (
-	DefaultLoadTimeout = 30 * time.Minute
-	DefaultMaxRetries  = 3
-	DefaultBackoff     = 30 * time.Second
 	// smallModelMaxSize is the largest model put in an in-memory cache when the user
 	// did not choose a cache.
 	smallModelMaxSize = 2 << 30
@@ -104,16 +64,16 @@ type Options struct {
 // selectorLabels select the pods of one AIInference.
 func selectorLabels(obj *servingv1.AIInference) map[string]string {
 	return map[string]string{
-		LabelName:      "aiinference",
-		LabelInstance:  obj.Name,
-		LabelInference: obj.Name,
+		servingv1.LabelName:      "aiinference",
+		servingv1.LabelInstance:  obj.Name,
+		servingv1.LabelInference: obj.Name,
 	}
 }
 
 // childLabels go on every child: the selector labels plus the managed-by mark.
 func childLabels(obj *servingv1.AIInference) map[string]string {
 	labels := selectorLabels(obj)
-	labels[LabelManagedBy] = ManagedByValue
+	labels[servingv1.LabelManagedBy] = servingv1.ManagedByValue
 	return labels
 }
 
@@ -129,36 +89,14 @@ func canaryConfigMapName(obj *servingv1.AIInference) string {
 }
 func cachePVCName(obj *servingv1.AIInference) string { return obj.Name + "-model-cache" }
 
-// replicas is the desired replica count.
-func replicas(obj *servingv1.AIInference) int32 { return ptr.Deref(obj.Spec.Replicas, 1) }
-
-// loadTimeout, maxRetries and backoff read the loading bounds with their defaults.
-func loadTimeout(obj *servingv1.AIInference) time.Duration {
-	if t := obj.Spec.Loading.Timeout; t != nil && t.Duration > 0 {
-		return t.Duration
-	}
-	return DefaultLoadTimeout
-}
-
-func maxRetries(obj *servingv1.AIInference) int32 {
-	return ptr.Deref(obj.Spec.Loading.MaxRetries, DefaultMaxRetries)
-}
-
-func backoff(obj *servingv1.AIInference) time.Duration {
-	if b := obj.Spec.Loading.Backoff; b != nil && b.Duration > 0 {
-		return b.Duration
-	}
-	return DefaultBackoff
-}
-
 // progressDeadline is the Deployment's progress deadline: room for every load
 // attempt the budget allows with its back-offs, one warm-up, and scheduling, so a
 // slow load is never reported as a stalled rollout before the budget decides.
 func progressDeadline(obj *servingv1.AIInference) int32 {
-	attempts := int(maxRetries(obj)) + 1
-	total := time.Duration(attempts+1)*loadTimeout(obj) + 5*time.Minute
+	attempts := int(obj.MaxRetries()) + 1
+	total := time.Duration(attempts+1)*obj.LoadTimeout() + 5*time.Minute
 	for n := 1; n < attempts; n++ {
-		total += loadspec.RetryDelay(backoff(obj), n)
+		total += loadspec.RetryDelay(obj.Backoff(), n)
 	}
 	return int32(min(total.Seconds(), math.MaxInt32))
 }
@@ -203,7 +141,7 @@ func modelPath(obj *servingv1.AIInference) string {
 func loaderConfig(obj *servingv1.AIInference) loadspec.Config {
 	cfg := loadspec.Config{
 		Dest:           modelPath(obj),
-		Timeout:        loadspec.Duration{Duration: loadTimeout(obj)},
+		Timeout:        loadspec.Duration{Duration: obj.LoadTimeout()},
 		SHA256Manifest: obj.Spec.Model.SHA256Manifest,
 		// A PVC cache outlives the pod: its complete marker must never stand over
 		// data a node crash lost. An emptyDir dies with the pod and needs no flush.
@@ -319,12 +257,12 @@ func desiredDeployment(obj *servingv1.AIInference, eng engine.Engine, opts Optio
 	if template.Annotations == nil {
 		template.Annotations = map[string]string{}
 	}
-	template.Annotations[AnnotationTemplateHash] = hashOf(template, configHash)
+	template.Annotations[servingv1.AnnotationTemplateHash] = hashOf(template, configHash)
 	return &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: childMeta(obj, obj.Name),
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(replicas(obj)),
+			Replicas: ptr.To(obj.DesiredReplicas()),
 			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(obj)},
 			// A new replica must be ready before an old one goes, so a rollout never
 			// drops serving capacity below the desired count.
@@ -344,7 +282,7 @@ func desiredDeployment(obj *servingv1.AIInference, eng engine.Engine, opts Optio
 
 // podTemplateHash is the template hash of the desired Deployment's pods.
 func podTemplateHash(d *appsv1.Deployment) string {
-	return d.Spec.Template.Annotations[AnnotationTemplateHash]
+	return d.Spec.Template.Annotations[servingv1.AnnotationTemplateHash]
 }
 
 func podTemplate(obj *servingv1.AIInference, eng engine.Engine, opts Options) corev1.PodTemplateSpec {
@@ -352,7 +290,7 @@ func podTemplate(obj *servingv1.AIInference, eng engine.Engine, opts Options) co
 	tolerations := append([]corev1.Toleration(nil), spec.Tolerations...)
 	if spec.GPU.Count > 0 {
 		tolerations = append([]corev1.Toleration{{
-			Key: string(GPUResource), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule,
+			Key: string(servingv1.GPUResource), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule,
 		}}, tolerations...)
 	}
 	return corev1.PodTemplateSpec{
@@ -385,7 +323,7 @@ func podMetadata(obj *servingv1.AIInference) metav1.ObjectMeta {
 		}
 	}
 	maps.Copy(meta.Labels, childLabels(obj))
-	meta.Labels[LabelTrack] = TrackStable
+	meta.Labels[servingv1.LabelTrack] = servingv1.TrackStable
 	return meta
 }
 
@@ -400,14 +338,14 @@ func gpuAffinity(gpu servingv1.GPUSpec) *corev1.Affinity {
 		preferred = append(preferred, corev1.PreferredSchedulingTerm{
 			Weight: int32(max(100-10*i, 1)),
 			Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
-				Key: GPUProductLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{product},
+				Key: servingv1.GPUProductLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{product},
 			}}},
 		})
 	}
 	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
-				Key: GPUProductLabel, Operator: corev1.NodeSelectorOpIn, Values: gpu.Products,
+				Key: servingv1.GPUProductLabel, Operator: corev1.NodeSelectorOpIn, Values: gpu.Products,
 			}}}},
 		},
 		PreferredDuringSchedulingIgnoredDuringExecution: preferred,
@@ -435,7 +373,7 @@ func loaderContainer(obj *servingv1.AIInference, opts Options) corev1.Container 
 		mounts = append(mounts, corev1.VolumeMount{Name: sourceVolume, MountPath: sourceMountPath, ReadOnly: true})
 	}
 	return corev1.Container{
-		Name:  LoaderContainerName,
+		Name:  servingv1.LoaderContainerName,
 		Image: opts.LoaderImage,
 		Args: []string{"--config", path.Join(loadspec.ConfigMountDir, loadspec.ConfigFileName),
 			fmt.Sprintf("--progress-address=:%d", loadspec.ProgressPort)},
@@ -503,20 +441,20 @@ func warmupContainer(obj *servingv1.AIInference, eng engine.Engine, opts Options
 		prompt = w.Prompt
 	}
 	return corev1.Container{
-		Name:  WarmupContainerName,
+		Name:  servingv1.WarmupContainerName,
 		Image: opts.LoaderImage,
 		Args: []string{"warmup",
 			"--api", string(api),
 			"--engine-url", fmt.Sprintf("http://127.0.0.1:%d", enginePort(obj, eng)),
 			"--model", obj.Spec.Model.Name,
 			"--prompt", prompt,
-			"--timeout", loadTimeout(obj).String(),
+			"--timeout", obj.LoadTimeout().String(),
 			"--listen", fmt.Sprintf(":%d", warmup.Port),
 		},
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
-		Ports:         []corev1.ContainerPort{{Name: WarmupContainerName, ContainerPort: warmup.Port, Protocol: corev1.ProtocolTCP}},
+		Ports:         []corev1.ContainerPort{{Name: servingv1.WarmupContainerName, ContainerPort: warmup.Port, Protocol: corev1.ProtocolTCP}},
 		ReadinessProbe: &corev1.Probe{
-			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: warmup.ReadyPath, Port: intstr.FromString(WarmupContainerName)}},
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: warmup.ReadyPath, Port: intstr.FromString(servingv1.WarmupContainerName)}},
 			PeriodSeconds: 2, TimeoutSeconds: 2, FailureThreshold: 3,
 		},
 		SecurityContext: restrictedSecurityContext(),
@@ -586,9 +524,9 @@ func engineContainer(obj *servingv1.AIInference, eng engine.Engine) corev1.Conta
 		if resources.Limits == nil {
 			resources.Limits = corev1.ResourceList{}
 		}
-		resources.Limits[GPUResource] = gpus
+		resources.Limits[servingv1.GPUResource] = gpus
 		if resources.Requests != nil {
-			resources.Requests[GPUResource] = gpus
+			resources.Requests[servingv1.GPUResource] = gpus
 		}
 	}
 
@@ -612,7 +550,7 @@ func engineContainer(obj *servingv1.AIInference, eng engine.Engine) corev1.Conta
 	readiness := probe(eng.ReadinessPath(), 3)
 	readiness.PeriodSeconds = 5
 	return corev1.Container{
-		Name:    EngineContainerName,
+		Name:    servingv1.EngineContainerName,
 		Image:   image,
 		Command: eng.Command(),
 		Args:    args,
@@ -620,7 +558,7 @@ func engineContainer(obj *servingv1.AIInference, eng engine.Engine) corev1.Conta
 		Ports:   enginePorts(port, eng),
 		// The startup probe gives the engine loading.timeout to warm up once the
 		// loader is done; liveness only starts counting once it has succeeded.
-		StartupProbe:             startupProbe(probe(eng.ReadinessPath(), startupFailureThreshold(loadTimeout(obj)))),
+		StartupProbe:             startupProbe(probe(eng.ReadinessPath(), startupFailureThreshold(obj.LoadTimeout()))),
 		ReadinessProbe:           readiness,
 		LivenessProbe:            probe(eng.LivenessPath(), 3),
 		Resources:                resources,

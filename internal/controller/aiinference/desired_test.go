@@ -104,7 +104,7 @@ func TestDeploymentPerEngine(t *testing.T) {
 				g.Expect(i).To(BeNumerically(">=", 0))
 				g.Expect(c.Args[i+1]).To(Equal("4"))
 			}
-			g.Expect(c.Resources.Limits[GPUResource]).To(BeComparableTo(resource.MustParse("4")))
+			g.Expect(c.Resources.Limits[servingv1.GPUResource]).To(BeComparableTo(resource.MustParse("4")))
 			g.Expect(c.VolumeMounts).To(ContainElement(HaveField("MountPath", "/dev/shm")), "tensor parallelism needs shared memory")
 			g.Expect(*d.Spec.Strategy.RollingUpdate.MaxUnavailable).To(HaveField("IntVal", int32(0)))
 		})
@@ -215,15 +215,15 @@ func TestPodMetadataCannotOverrideSelectorLabels(t *testing.T) {
 	g := NewWithT(t)
 	obj := sampleInference()
 	obj.Spec.PodMetadata = &servingv1.PodMetadata{
-		Labels:      map[string]string{"team": "search", LabelInstance: "other"},
+		Labels:      map[string]string{"team": "search", servingv1.LabelInstance: "other"},
 		Annotations: map[string]string{"sidecar.istio.io/inject": "false"},
 	}
 	eng, _ := engine.For(servingv1.EngineVLLM)
 	tmpl := desiredDeployment(obj, eng, Options{}, "a").Spec.Template
 	g.Expect(tmpl.Labels).To(HaveKeyWithValue("team", "search"))
-	g.Expect(tmpl.Labels).To(HaveKeyWithValue(LabelInstance, "chat"))
+	g.Expect(tmpl.Labels).To(HaveKeyWithValue(servingv1.LabelInstance, "chat"))
 	g.Expect(tmpl.Annotations).To(HaveKeyWithValue("sidecar.istio.io/inject", "false"))
-	g.Expect(tmpl.Annotations).To(HaveKey(AnnotationTemplateHash))
+	g.Expect(tmpl.Annotations).To(HaveKey(servingv1.AnnotationTemplateHash))
 }
 
 func TestLoaderConfigFlushesOnlyLastingCaches(t *testing.T) {
@@ -261,14 +261,14 @@ func TestWarmupGate(t *testing.T) {
 			eng, err := engine.For(tt.engine)
 			g.Expect(err).NotTo(HaveOccurred())
 			pod := desiredDeployment(obj, eng, Options{LoaderImage: "loader:1"}, "cfg").Spec.Template.Spec
-			g.Expect(pod.InitContainers[0].Name).To(Equal(LoaderContainerName), "the loader runs first")
+			g.Expect(pod.InitContainers[0].Name).To(Equal(servingv1.LoaderContainerName), "the loader runs first")
 			if tt.wantAPI == "" {
 				g.Expect(pod.InitContainers).To(HaveLen(1))
 				return
 			}
 			g.Expect(pod.InitContainers).To(HaveLen(2))
 			c := pod.InitContainers[1]
-			g.Expect(c.Name).To(Equal(WarmupContainerName))
+			g.Expect(c.Name).To(Equal(servingv1.WarmupContainerName))
 			g.Expect(c.Image).To(Equal("loader:1"), "the loader's image, no other")
 			g.Expect(c.RestartPolicy).To(HaveValue(Equal(corev1.ContainerRestartPolicyAlways)), "a native sidecar")
 			g.Expect(c.Args).To(Equal([]string{"warmup", "--api", tt.wantAPI, "--engine-url", "http://127.0.0.1:9001",

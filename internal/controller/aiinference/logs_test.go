@@ -9,6 +9,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
 )
 
 // TestPodLogsLastLine reads the previous run's log as the API server relays
@@ -17,7 +19,7 @@ import (
 func TestPodLogsLastLine(t *testing.T) {
 	var body string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/api/v1/namespaces/ml/pods/llm-0/log" || r.URL.Query().Get("previous") != "true" || r.URL.Query().Get("container") != EngineContainerName {
+		if r.URL.Path != "/api/v1/namespaces/ml/pods/llm-0/log" || r.URL.Query().Get("previous") != "true" || r.URL.Query().Get("container") != servingv1.EngineContainerName {
 			http.Error(w, "unexpected request "+r.URL.String(), http.StatusBadRequest)
 			return
 		}
@@ -31,7 +33,7 @@ func TestPodLogsLastLine(t *testing.T) {
 		{"", "", ""},
 	} {
 		body = c.body
-		got, err := logs.LastLine(context.Background(), "ml", "llm-0", EngineContainerName)
+		got, err := logs.LastLine(context.Background(), "ml", "llm-0", servingv1.EngineContainerName)
 		if got != c.want || (c.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.wantErr)) {
 			t.Errorf("body %q: got %q, %v; want %q, error %q", c.body, got, err, c.want, c.wantErr)
 		}

@@ -245,8 +245,8 @@ func (m *statusMetrics) record(obj *servingv1.AIInference, before, after *servin
 		mem.readyReason = c.Reason
 		readyReasonMoved = true
 	}
-	mem.desired, mem.ready, mem.updated = replicas(obj), after.ReadyReplicas, after.UpdatedReplicas
-	mem.loadingTimeout = loadTimeout(obj)
+	mem.desired, mem.ready, mem.updated = obj.DesiredReplicas(), after.ReadyReplicas, after.UpdatedReplicas
+	mem.loadingTimeout = obj.LoadTimeout()
 
 	n := after.LoadRetries - mem.loadRetries
 	mem.loadRetries = after.LoadRetries // a new spec or a retry request starts again from 0

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/loadspec"
 )
 
@@ -109,8 +110,8 @@ func observePod(pod *corev1.Pod, templateHash string) podView {
 	v := podView{
 		Name:      pod.Name,
 		UID:       pod.UID,
-		Current:   pod.Annotations[AnnotationTemplateHash] == templateHash,
-		Canary:    pod.Labels[LabelTrack] == TrackCanary,
+		Current:   pod.Annotations[servingv1.AnnotationTemplateHash] == templateHash,
+		Canary:    pod.Labels[servingv1.LabelTrack] == servingv1.TrackCanary,
 		Scheduled: pod.Spec.NodeName != "",
 	}
 	for _, c := range pod.Status.Conditions {
@@ -131,14 +132,14 @@ func observePod(pod *corev1.Pod, templateHash string) podView {
 	}
 	for _, cs := range pod.Status.InitContainerStatuses {
 		switch cs.Name {
-		case LoaderContainerName:
+		case servingv1.LoaderContainerName:
 			observeLoader(&v, cs)
-		case WarmupContainerName:
+		case servingv1.WarmupContainerName:
 			observeWarmup(&v, cs)
 		}
 	}
 	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name != EngineContainerName {
+		if cs.Name != servingv1.EngineContainerName {
 			continue
 		}
 		v.EngineReady = cs.Ready

@@ -108,7 +108,7 @@ func (r *Reconciler) readCrashLogs(ctx context.Context, s *scope) {
 		if !p.Current || !p.EngineLogWanted {
 			continue
 		}
-		line, err := r.Logs.LastLine(ctx, s.obj.Namespace, p.Name, EngineContainerName)
+		line, err := r.Logs.LastLine(ctx, s.obj.Namespace, p.Name, servingv1.EngineContainerName)
 		if err != nil {
 			ctrl.LoggerFrom(ctx).V(1).Info("Reading a crash-looping engine's log", "pod", klog.KRef(s.obj.Namespace, p.Name), "error", err.Error())
 			continue
@@ -210,7 +210,7 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
 func (r *Reconciler) replacePods(ctx context.Context, s *scope) error {
 	for _, p := range s.loads.deletePods {
 		ctrl.LoggerFrom(ctx).Info("Deleting pod so its ReplicaSet starts a fresh load", "pod", klog.KRef(s.obj.Namespace, p.Name),
-			"loadRetries", s.loads.failed, "maxRetries", maxRetries(s.obj))
+			"loadRetries", s.loads.failed, "maxRetries", s.obj.MaxRetries())
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: s.obj.Namespace, Name: p.Name}}
 		if err := r.Delete(ctx, pod, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
 			return fmt.Errorf("deleting pod %s: %w", p.Name, err)

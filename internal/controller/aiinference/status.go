@@ -69,7 +69,7 @@ type rollout struct {
 }
 
 func observeRollout(obj *servingv1.AIInference, obs observation, templateHash string) rollout {
-	ro := rollout{desired: replicas(obj)}
+	ro := rollout{desired: obj.DesiredReplicas()}
 	for _, p := range obs.pods {
 		if p.Current && p.EngineReady && !p.WarmupPending {
 			ro.currentReady++
@@ -80,14 +80,14 @@ func observeRollout(obj *servingv1.AIInference, obs observation, templateHash st
 		return ro
 	}
 	ro.ready = d.Status.ReadyReplicas
-	current := d.Spec.Template.Annotations[AnnotationTemplateHash] == templateHash
+	current := d.Spec.Template.Annotations[servingv1.AnnotationTemplateHash] == templateHash
 	if current {
 		ro.updated = d.Status.UpdatedReplicas
 	}
 	if c := obs.canary; c != nil {
 		// A canary's pods serve too, but while they exist the rollout is not done.
 		ro.ready += c.Status.ReadyReplicas
-		if c.Spec.Template.Annotations[AnnotationTemplateHash] == templateHash {
+		if c.Spec.Template.Annotations[servingv1.AnnotationTemplateHash] == templateHash {
 			ro.updated += c.Status.UpdatedReplicas
 		}
 	}
@@ -112,7 +112,7 @@ func computeStatus(obj *servingv1.AIInference, obs observation, loads loadAssess
 	st.ObservedGeneration = obj.Generation
 	templateHash := ""
 	if d := obs.deployment; d != nil {
-		templateHash = d.Spec.Template.Annotations[AnnotationTemplateHash]
+		templateHash = d.Spec.Template.Annotations[servingv1.AnnotationTemplateHash]
 	}
 	if loads.budget.Epoch != "" {
 		templateHash = templateOf(loads.budget.Epoch)
@@ -316,7 +316,7 @@ func waitingVerdict(obj *servingv1.AIInference, obs observation, loads loadAsses
 			if p.Name == f.Pod && !p.LoaderDone {
 				next := loads.failed + 1
 				return phase, waitingOn(servingv1.ReasonRetryingLoad, "loading failed on pod %s (%s: %s); attempt %d of %d follows after a back-off",
-					f.Pod, f.Reason, f.Message, next, maxRetries(obj)+1)
+					f.Pod, f.Reason, f.Message, next, obj.MaxRetries()+1)
 			}
 		}
 	}

@@ -90,20 +90,20 @@ func TestMissingSecretIsToldByTheKubelet(t *testing.T) {
 				hash = "earlier"
 			}
 			pod := corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Name: "chat-7d9f-x", Annotations: map[string]string{AnnotationTemplateHash: hash}},
+				ObjectMeta: metav1.ObjectMeta{Name: "chat-7d9f-x", Annotations: map[string]string{servingv1.AnnotationTemplateHash: hash}},
 				Spec:       corev1.PodSpec{NodeName: "node-1"},
 				Status: corev1.PodStatus{
 					InitContainerStatuses: []corev1.ContainerStatus{
-						{Name: LoaderContainerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: tt.message}}},
-						{Name: WarmupContainerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}},
+						{Name: servingv1.LoaderContainerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: tt.message}}},
+						{Name: servingv1.WarmupContainerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}},
 					},
 					ContainerStatuses: []corev1.ContainerStatus{
-						{Name: EngineContainerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}},
+						{Name: servingv1.EngineContainerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}},
 					},
 				},
 			}
 			d := deploymentWith(1, 0, 1)
-			d.Spec.Template.Annotations = map[string]string{AnnotationTemplateHash: "current"}
+			d.Spec.Template.Annotations = map[string]string{servingv1.AnnotationTemplateHash: "current"}
 			obs := observation{deployment: d, podsSeen: true, pods: observePods([]corev1.Pod{pod}, "current")}
 
 			st := computeStatus(obj, obs, loadAssessment{}, now)

@@ -182,7 +182,7 @@ func TestObserveLoaderCountsRunsAsAKubeletNumbersThem(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var v podView
-			tt.status.Name = LoaderContainerName
+			tt.status.Name = servingv1.LoaderContainerName
 			observeLoader(&v, tt.status)
 			if v.LoaderFailures != tt.wantFailures || (v.LoaderLastFailure != nil) != tt.wantLast || v.LoaderDone != tt.wantDone {
 				t.Errorf("failures %d, last failure %v, done %v; want %d, %v, %v", v.LoaderFailures, v.LoaderLastFailure != nil, v.LoaderDone, tt.wantFailures, tt.wantLast, tt.wantDone)
@@ -198,7 +198,7 @@ func TestObserveLoaderSeesThroughARefusal(t *testing.T) {
 	refusal := fmt.Sprintf(`{"failure":{"reason":"LoadsHalted","message":"an earlier attempt failed with ChecksumMismatch: shard: crc64nvme check failed; not downloading again"},`+
 		`"attempts":{"epoch":"e1","failed":1,"lastFailure":{"reason":"ChecksumMismatch","message":"shard: crc64nvme check failed"},"lastTime":%q}}`, failed.Format(time.RFC3339))
 	var v podView
-	observeLoader(&v, corev1.ContainerStatus{Name: LoaderContainerName, RestartCount: 2,
+	observeLoader(&v, corev1.ContainerStatus{Name: servingv1.LoaderContainerName, RestartCount: 2,
 		State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
 		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: loadspec.ExitHalted, Message: refusal}}})
 	if v.LoaderFailures != 1 {
@@ -363,7 +363,7 @@ func TestComputeStatusIsStable(t *testing.T) {
 
 func TestObservePodSeesContainersThatCannotStart(t *testing.T) {
 	pod := corev1.Pod{Status: corev1.PodStatus{InitContainerStatuses: []corev1.ContainerStatus{{
-		Name:  LoaderContainerName,
+		Name:  servingv1.LoaderContainerName,
 		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off pulling image \"loader:bad\""}},
 	}}}}
 	v := observePod(&pod, "")
@@ -381,7 +381,7 @@ func TestObservePodSeesContainersThatCannotStart(t *testing.T) {
 // completion, and ready once warm. kwok's simulated kubelet shows every init
 // container, sidecars too, as completed and ready.
 func TestObservePodSeesTheWarmupGate(t *testing.T) {
-	engineReady := corev1.ContainerStatus{Name: EngineContainerName, Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
+	engineReady := corev1.ContainerStatus{Name: servingv1.EngineContainerName, Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
 	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
 	exited := func(code int32, msg string) *corev1.ContainerStateTerminated {
 		return &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Error", Message: msg}
@@ -424,10 +424,10 @@ func TestObservePodSeesTheWarmupGate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
 			pod := corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{engineReady}}}
-			loader := corev1.ContainerStatus{Name: LoaderContainerName, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed"}}}
+			loader := corev1.ContainerStatus{Name: servingv1.LoaderContainerName, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed"}}}
 			pod.Status.InitContainerStatuses = []corev1.ContainerStatus{loader}
 			if tt.warmup != nil {
-				tt.warmup.Name = WarmupContainerName
+				tt.warmup.Name = servingv1.WarmupContainerName
 				pod.Status.InitContainerStatuses = append(pod.Status.InitContainerStatuses, *tt.warmup)
 			}
 			v := observePod(&pod, "")
@@ -472,7 +472,7 @@ func (f fakeLogs) LastLine(_ context.Context, _, pod, _ string) (string, error) 
 func TestCrashLoopWithoutAMessageReadsTheLog(t *testing.T) {
 	crashed := func(message string) corev1.Pod {
 		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{
-			Name: EngineContainerName, RestartCount: 3,
+			Name: servingv1.EngineContainerName, RestartCount: 3,
 			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
 			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", Message: message}},
 		}}}}

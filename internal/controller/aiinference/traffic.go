@@ -78,7 +78,7 @@ func desiredTrackService(obj *servingv1.AIInference, eng engine.Engine, name, tr
 
 func trackSelector(obj *servingv1.AIInference, track string) map[string]string {
 	selector := maps.Clone(selectorLabels(obj))
-	selector[LabelTrack] = track
+	selector[servingv1.LabelTrack] = track
 	return selector
 }
 
@@ -211,8 +211,8 @@ func (r *Reconciler) reconcileTraffic(ctx context.Context, s *scope) error {
 	}
 	services := gw != nil && !usesInferencePools(gw)
 	children := []child{
-		{services, desiredTrackService(obj, s.engine, stableBackendName(obj), TrackStable), &corev1.Service{}},
-		{services, desiredTrackService(obj, s.engine, canaryBackendName(obj), TrackCanary), &corev1.Service{}},
+		{services, desiredTrackService(obj, s.engine, stableBackendName(obj), servingv1.TrackStable), &corev1.Service{}},
+		{services, desiredTrackService(obj, s.engine, canaryBackendName(obj), servingv1.TrackCanary), &corev1.Service{}},
 	}
 	if r.served(inferencePoolKind) {
 		var pools servingv1.InferencePoolBackends
@@ -220,8 +220,8 @@ func (r *Reconciler) reconcileTraffic(ctx context.Context, s *scope) error {
 			pools = *gw.InferencePool
 		}
 		children = append(children,
-			child{usesInferencePools(gw), desiredInferencePool(obj, s.engine, stableBackendName(obj), TrackStable, pools.StableEndpointPicker), &inferencev1.InferencePool{}},
-			child{usesInferencePools(gw), desiredInferencePool(obj, s.engine, canaryBackendName(obj), TrackCanary, pools.CanaryEndpointPicker), &inferencev1.InferencePool{}})
+			child{usesInferencePools(gw), desiredInferencePool(obj, s.engine, stableBackendName(obj), servingv1.TrackStable, pools.StableEndpointPicker), &inferencev1.InferencePool{}},
+			child{usesInferencePools(gw), desiredInferencePool(obj, s.engine, canaryBackendName(obj), servingv1.TrackCanary, pools.CanaryEndpointPicker), &inferencev1.InferencePool{}})
 	}
 	if r.served(httpRouteKind) {
 		route := &gatewayv1.HTTPRoute{TypeMeta: metav1.TypeMeta{APIVersion: gatewayv1.GroupVersion.String(), Kind: "HTTPRoute"}, ObjectMeta: childMeta(obj, obj.Name)}

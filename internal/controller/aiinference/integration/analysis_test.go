@@ -20,7 +20,6 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/analysis/analysistest"
-	"github.com/aiinference/operator/internal/controller/aiinference"
 )
 
 // These tests judge canaries in the real manager against a real Prometheus server
@@ -106,7 +105,7 @@ func startAnalysedCanary(t *testing.T, g *WithT, name string, canaryRate float64
 	eventually(t, g, c.key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		g.Expect(obj.Status.Phase).To(Equal(servingv1.PhaseReady))
 	})
-	c.stableRev = getDeployment(g, c.key).Spec.Template.Annotations[aiinference.AnnotationTemplateHash]
+	c.stableRev = getDeployment(g, c.key).Spec.Template.Annotations[servingv1.AnnotationTemplateHash]
 	// Prometheus hands new targets to its scrapers about 5 s after it starts.
 	c.prom.WaitForTargetsUp(t, 2, 20*time.Second)
 
@@ -258,7 +257,7 @@ func TestAnalysisPromotesAGoodCanary(t *testing.T) {
 	// The stable Deployment takes the new template; its pod is replaced.
 	var newRev string
 	g.Eventually(func(g Gomega) {
-		newRev = getDeployment(g, c.key).Spec.Template.Annotations[aiinference.AnnotationTemplateHash]
+		newRev = getDeployment(g, c.key).Spec.Template.Annotations[servingv1.AnnotationTemplateHash]
 		g.Expect(newRev).NotTo(Equal(c.stableRev))
 	}).WithTimeout(waitTimeout).Should(Succeed())
 	deletePod(g, c.stablePod)
@@ -341,7 +340,7 @@ func TestAnalysisRollsBackACanaryMadeBadMidStep(t *testing.T) {
 			expectCanaryRemoved(g, c)
 			removed := time.Since(spoiled)
 			d := getDeployment(g, c.key)
-			g.Expect(d.Spec.Template.Annotations[aiinference.AnnotationTemplateHash]).To(Equal(c.stableRev), "the stable pod keeps the earlier spec")
+			g.Expect(d.Spec.Template.Annotations[servingv1.AnnotationTemplateHash]).To(Equal(c.stableRev), "the stable pod keeps the earlier spec")
 			expectEvent(g, c.key, corev1.EventTypeWarning, "RolledBack", "analysis failed at step 1: "+tc.failing[0]+" Fail (value "+checkNamed(failed, tc.failing[0]).Value)
 			t.Logf("%s canary: rolled back %s after it went bad (the failing run at +%s), its Deployment removed after %s",
 				tc.name, took.Round(100*time.Millisecond), failed.Time.Sub(spoiled.Truncate(time.Second)), removed.Round(100*time.Millisecond))
@@ -431,7 +430,7 @@ func expectInconclusive(t *testing.T, g *WithT, c *analysedCanary, obj *servingv
 		g.Expect(obj.Status.Rollout.Phase).To(Equal(servingv1.RolloutInconclusive))
 		g.Expect(obj.Status.Rollout.Analysis).To(HaveLen(len(st.Analysis)))
 		d := getDeployment(g, c.key)
-		g.Expect(d.Spec.Template.Annotations[aiinference.AnnotationTemplateHash]).To(Equal(c.stableRev))
+		g.Expect(d.Spec.Template.Annotations[servingv1.AnnotationTemplateHash]).To(Equal(c.stableRev))
 		g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: c.ns, Name: c.name + "-canary"}, &appsv1.Deployment{})).To(Succeed())
 		g.Expect(routeWeights(g, c.key)).To(Equal([]int32{100 - st.Weight, st.Weight}))
 	}).WithTimeout(runInterval + time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())

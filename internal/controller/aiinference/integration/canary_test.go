@@ -16,7 +16,6 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/controller/aiinference"
 )
 
 // These tests drive a canary rollout through its steps on a real API server, with
@@ -47,7 +46,7 @@ func podOf(t *testing.T, g *WithT, ns, deployment, name string) *corev1.Pod {
 		s.Phase = corev1.PodRunning
 		s.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}, {Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 		s.InitContainerStatuses = nil
-		s.ContainerStatuses = []corev1.ContainerStatus{{Name: aiinference.EngineContainerName, Ready: true,
+		s.ContainerStatuses = []corev1.ContainerStatus{{Name: servingv1.EngineContainerName, Ready: true,
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
 	})
 	return pod
@@ -80,7 +79,7 @@ func startCanary(t *testing.T, g *WithT, obj *servingv1.AIInference) (string, *c
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		g.Expect(obj.Status.Phase).To(Equal(servingv1.PhaseReady))
 	})
-	stableRev := getDeployment(g, key).Spec.Template.Annotations[aiinference.AnnotationTemplateHash]
+	stableRev := getDeployment(g, key).Spec.Template.Annotations[servingv1.AnnotationTemplateHash]
 	g.Eventually(func(g Gomega) { g.Expect(routeWeights(g, key)).To(Equal([]int32{100, 0})) }).WithTimeout(waitTimeout).Should(Succeed())
 
 	updateInference(g, key, func(o *servingv1.AIInference) { o.Spec.Engine.Args = []string{"--max-model-len=8192"} })
@@ -88,7 +87,7 @@ func startCanary(t *testing.T, g *WithT, obj *servingv1.AIInference) (string, *c
 	g.Eventually(func(g Gomega) {
 		d := getDeployment(g, key)
 		g.Expect(*d.Spec.Replicas).To(Equal(int32(1)))
-		g.Expect(d.Spec.Template.Annotations[aiinference.AnnotationTemplateHash]).To(Equal(stableRev))
+		g.Expect(d.Spec.Template.Annotations[servingv1.AnnotationTemplateHash]).To(Equal(stableRev))
 	}).WithTimeout(waitTimeout).Should(Succeed())
 	canaryKey := client.ObjectKey{Namespace: obj.Namespace, Name: obj.Name + "-canary"}
 	g.Consistently(func() bool {
@@ -103,8 +102,8 @@ func startCanary(t *testing.T, g *WithT, obj *servingv1.AIInference) (string, *c
 		canary = getDeployment(g, canaryKey)
 		g.Expect(*canary.Spec.Replicas).To(Equal(int32(1)))
 	}).WithTimeout(waitTimeout).Should(Succeed())
-	g.Expect(canary.Spec.Template.Annotations[aiinference.AnnotationTemplateHash]).NotTo(Equal(stableRev))
-	g.Expect(canary.Spec.Template.Labels[aiinference.LabelTrack]).To(Equal(aiinference.TrackCanary))
+	g.Expect(canary.Spec.Template.Annotations[servingv1.AnnotationTemplateHash]).NotTo(Equal(stableRev))
+	g.Expect(canary.Spec.Template.Labels[servingv1.LabelTrack]).To(Equal(servingv1.TrackCanary))
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		g.Expect(obj.Status.Rollout).NotTo(BeNil())
 		g.Expect(obj.Status.Rollout.Message).To(ContainSubstring("waiting for the canary's pods: 0 of 1 ready"))
@@ -152,7 +151,7 @@ func TestCanaryWeightsMoveStepByStepThenPromote(t *testing.T) {
 	var newRev string
 	g.Eventually(func(g Gomega) {
 		d := getDeployment(g, key)
-		newRev = d.Spec.Template.Annotations[aiinference.AnnotationTemplateHash]
+		newRev = d.Spec.Template.Annotations[servingv1.AnnotationTemplateHash]
 		g.Expect(newRev).NotTo(Equal(stableRev))
 		g.Expect(*d.Spec.Replicas).To(Equal(int32(1)))
 	}).WithTimeout(waitTimeout).Should(Succeed())
@@ -208,7 +207,7 @@ func TestCanaryAbortReturnsAllTrafficToStable(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		d := getDeployment(g, key)
 		g.Expect(*d.Spec.Replicas).To(Equal(int32(2)), "the stable set grows back")
-		g.Expect(d.Spec.Template.Annotations[aiinference.AnnotationTemplateHash]).To(Equal(stableRev), "the stable pods keep the earlier spec")
+		g.Expect(d.Spec.Template.Annotations[servingv1.AnnotationTemplateHash]).To(Equal(stableRev), "the stable pods keep the earlier spec")
 	}).WithTimeout(waitTimeout).Should(Succeed())
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		ready := readyCondition(obj)
@@ -244,7 +243,7 @@ func TestCanaryInferencePoolsAreAcceptedByTheirCRD(t *testing.T) {
 		g.Eventually(func() error {
 			return k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "pools-" + track}, pool)
 		}).WithTimeout(waitTimeout).Should(Succeed())
-		g.Expect(string(pool.Spec.Selector.MatchLabels[aiinference.LabelTrack])).To(Equal(track))
+		g.Expect(string(pool.Spec.Selector.MatchLabels[servingv1.LabelTrack])).To(Equal(track))
 		g.Expect(string(pool.Spec.EndpointPickerRef.Name)).To(Equal("pools-" + track + "-epp"))
 	}
 	route := &gatewayv1.HTTPRoute{}

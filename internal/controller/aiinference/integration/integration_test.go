@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/controller/aiinference"
 	"github.com/aiinference/operator/internal/loadspec"
 	"github.com/aiinference/operator/internal/testutil"
 )
@@ -109,7 +108,7 @@ func TestChildrenHaveTheRightShape(t *testing.T) {
 	g.Expect(*loader.SecurityContext.RunAsNonRoot).To(BeTrue())
 
 	gate := pod.InitContainers[1]
-	g.Expect(gate.Name).To(Equal(aiinference.WarmupContainerName))
+	g.Expect(gate.Name).To(Equal(servingv1.WarmupContainerName))
 	g.Expect(gate.Image).To(Equal(loader.Image))
 	g.Expect(gate.RestartPolicy).To(HaveValue(Equal(corev1.ContainerRestartPolicyAlways)))
 	g.Expect(gate.Args).To(ContainElements("warmup", "--engine-url", "http://127.0.0.1:8000", "--model", "llama-3.1-8b"))
@@ -117,13 +116,13 @@ func TestChildrenHaveTheRightShape(t *testing.T) {
 
 	eng := pod.Containers[0]
 	g.Expect(eng.Args).To(ContainElements("--model", "/models/llama-3.1-8b", "--tensor-parallel-size", "2"))
-	g.Expect(eng.Resources.Limits[aiinference.GPUResource]).To(BeComparableTo(resource.MustParse("2")))
+	g.Expect(eng.Resources.Limits[servingv1.GPUResource]).To(BeComparableTo(resource.MustParse("2")))
 	g.Expect(eng.StartupProbe.HTTPGet.Path).To(Equal("/health"))
 	g.Expect(eng.StartupProbe.FailureThreshold).To(Equal(int32(900)), "30m default timeout over 2s periods")
 	g.Expect(eng.ReadinessProbe.HTTPGet.Path).To(Equal("/health"))
 
 	required := pod.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0]
-	g.Expect(required.Key).To(Equal(aiinference.GPUProductLabel))
+	g.Expect(required.Key).To(Equal(servingv1.GPUProductLabel))
 	g.Expect(required.Values).To(Equal([]string{"NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"}))
 	preferred := pod.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution
 	g.Expect(preferred).To(HaveLen(2))
@@ -180,7 +179,7 @@ func setPodStatus(g *WithT, pod *corev1.Pod, mutate func(*corev1.PodStatus)) {
 }
 
 func loaderStatus(state corev1.ContainerState) []corev1.ContainerStatus {
-	return []corev1.ContainerStatus{{Name: aiinference.LoaderContainerName, State: state}}
+	return []corev1.ContainerStatus{{Name: servingv1.LoaderContainerName, State: state}}
 }
 
 func loaderExited(code int32, summary loadspec.Summary, finished time.Time) corev1.ContainerState {
@@ -244,7 +243,7 @@ func TestPhasesFollowPodsFromPendingToReady(t *testing.T) {
 		Checks: map[string]int{"crc64nvme": 6, "md5": 1}}
 	setPodStatus(g, pod, func(s *corev1.PodStatus) {
 		s.InitContainerStatuses = loaderStatus(loaderExited(0, summary, time.Now()))
-		s.ContainerStatuses = []corev1.ContainerStatus{{Name: aiinference.EngineContainerName, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+		s.ContainerStatuses = []corev1.ContainerStatus{{Name: servingv1.EngineContainerName, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
 	})
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		g.Expect(obj.Status.Phase).To(Equal(servingv1.PhaseLoading))

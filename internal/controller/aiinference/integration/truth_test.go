@@ -11,16 +11,15 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/controller/aiinference"
 	"github.com/aiinference/operator/internal/loadspec"
 )
 
@@ -56,7 +55,7 @@ func servingPod(t *testing.T, g *WithT, obj *servingv1.AIInference, name string)
 		s.Phase = corev1.PodRunning
 		s.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}, {Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 		s.InitContainerStatuses = loaderStatus(loaderExited(0, loadspec.Summary{Files: 1, Bytes: 1}, time.Now()))
-		s.ContainerStatuses = []corev1.ContainerStatus{{Name: aiinference.EngineContainerName, Ready: true,
+		s.ContainerStatuses = []corev1.ContainerStatus{{Name: servingv1.EngineContainerName, Ready: true,
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
 	})
 	return pod
@@ -124,7 +123,7 @@ func TestReadyWaitsForTheNewSpecDuringARollout(t *testing.T) {
 // failed one is in lastState.
 func loaderRestarted(restarts, code int32, summary loadspec.Summary, finished time.Time, backingOff bool) []corev1.ContainerStatus {
 	msg, _ := json.Marshal(summary)
-	cs := corev1.ContainerStatus{Name: aiinference.LoaderContainerName, RestartCount: restarts,
+	cs := corev1.ContainerStatus{Name: servingv1.LoaderContainerName, RestartCount: restarts,
 		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
 			ExitCode: code, Reason: "Error", Message: string(msg), StartedAt: metav1.NewTime(finished.Add(-time.Minute)), FinishedAt: metav1.NewTime(finished)}},
 		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(finished.Add(time.Second))}},
@@ -344,7 +343,7 @@ func TestAFailingStepStopsTheStepsThatDependOnIt(t *testing.T) {
 	g.Consistently(func(g Gomega) {
 		d := &appsv1.Deployment{}
 		g.Expect(k8s.Get(ctx, key, d)).To(Succeed())
-		g.Expect(d.Spec.Template.Annotations[aiinference.AnnotationTemplateHash]).To(Equal(before.Spec.Template.Annotations[aiinference.AnnotationTemplateHash]),
+		g.Expect(d.Spec.Template.Annotations[servingv1.AnnotationTemplateHash]).To(Equal(before.Spec.Template.Annotations[servingv1.AnnotationTemplateHash]),
 			"the Deployment moved to a configuration its ConfigMap does not hold")
 	}).WithTimeout(2 * time.Second).Should(Succeed())
 }
