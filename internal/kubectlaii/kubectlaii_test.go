@@ -37,21 +37,9 @@ var (
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	assets, err := testutil.EnvtestAssets()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "envtest binaries:", err)
-		return 1
-	}
-	root, err := testutil.RepoRoot()
+	env, cfg, err := testutil.StartSuiteEnvtest()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets, ErrorIfCRDPathMissing: true,
-		CRDDirectoryPaths: []string{filepath.Join(root, "config", "crd", "bases")}}
-	cfg, err := testutil.StartEnvironment(env)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting envtest:", err)
 		return 1
 	}
 	defer func() { _ = env.Stop() }()

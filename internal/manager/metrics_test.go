@@ -26,7 +26,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/aiinference/operator/internal/testutil"
@@ -172,10 +171,7 @@ func TestSecureMetrics(t *testing.T) {
 
 	// An object's series come after the registry's, in one exposition that
 	// Prometheus's parser reads (Go's transport asks for gzip and unpacks it).
-	admin, err := client.New(cfg, client.Options{Scheme: Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := testutil.NewClient(t, cfg, Scheme())
 	if err := admin.Create(ctx, namespacedInference(ns)); err != nil {
 		t.Fatal(err)
 	}

@@ -13,11 +13,9 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -37,10 +35,7 @@ func TestNamespaceMode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cs := kubernetes.NewForConfigOrDie(cfg)
-	admin, err := client.New(cfg, client.Options{Scheme: Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := testutil.NewClient(t, cfg, Scheme())
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -110,10 +105,7 @@ func TestNamespaceMode(t *testing.T) {
 	})
 
 	for _, ns := range []string{"team-a", "team-b"} {
-		must(admin.Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-creds"},
-			StringData: map[string]string{"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret"},
-		}))
+		must(admin.Create(ctx, testutil.S3Secret(ns, testutil.S3SecretName)))
 		must(admin.Create(ctx, namespacedInference(ns)))
 	}
 	deadline := time.Now().Add(time.Minute)
@@ -138,20 +130,5 @@ func TestNamespaceMode(t *testing.T) {
 }
 
 func namespacedInference(ns string) *servingv1.AIInference {
-	return &servingv1.AIInference{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "chat"},
-		Spec: servingv1.AIInferenceSpec{
-			Model: servingv1.ModelSpec{
-				Name: "llama-3.1-8b",
-				Size: ptr.To(resource.MustParse("16Gi")),
-				Source: servingv1.ModelSource{S3: &servingv1.S3Source{
-					Bucket: "models", Prefix: "llama-3.1-8b/", Endpoint: "http://minio.storage:9000", PathStyle: true,
-					CredentialsSecretRef: &servingv1.S3CredentialsSecretRef{Name: "s3-creds"},
-				}},
-			},
-			Engine:   servingv1.EngineSpec{Type: servingv1.EngineVLLM},
-			GPU:      servingv1.GPUSpec{Count: 1, Products: []string{"NVIDIA-L4"}},
-			Replicas: ptr.To[int32](1),
-		},
-	}
+	return testutil.Inference(ns, "chat", 1, "NVIDIA-L4")
 }

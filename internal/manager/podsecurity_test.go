@@ -12,7 +12,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/aiinference/operator/internal/testutil"
@@ -27,10 +26,7 @@ func TestOperatorPodIsRestricted(t *testing.T) {
 	cfg, root := testutil.StartEnvtest(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := client.New(cfg, client.Options{Scheme: Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := testutil.NewClient(t, cfg, Scheme())
 	raw, err := os.ReadFile(filepath.Join(root, "config", "manager", "manager.yaml"))
 	if err != nil {
 		t.Fatal(err)

@@ -27,20 +27,14 @@ func TestUnansweredObjectsGoFirstAfterARestart(t *testing.T) {
 	cfg, _ := testutil.StartEnvtest(t, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	admin, err := client.New(cfg, client.Options{Scheme: Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := testutil.NewClient(t, cfg, Scheme())
 	const ns = "restart"
 	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
 	create := func(name string) {
 		t.Helper()
-		if err := admin.Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			StringData: map[string]string{"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret"},
-		}); err != nil {
+		if err := admin.Create(ctx, testutil.S3Secret(ns, name)); err != nil {
 			t.Fatal(err)
 		}
 		obj := namespacedInference(ns)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,18 +22,9 @@ import (
 // returns the admin configuration and the repository root.
 func StartEnvtest(t testing.TB, withCRDs bool) (*rest.Config, string) {
 	t.Helper()
-	assets, err := EnvtestAssets()
+	env, root, err := environment(withCRDs)
 	if err != nil {
 		t.Fatal(err)
-	}
-	root, err := RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets}
-	if withCRDs {
-		env.CRDDirectoryPaths = []string{filepath.Join(root, "config", "crd", "bases")}
-		env.ErrorIfCRDPathMissing = true
 	}
 	cfg, err := StartEnvironment(env)
 	if err != nil {
@@ -40,6 +32,50 @@ func StartEnvtest(t testing.TB, withCRDs bool) (*rest.Config, string) {
 	}
 	t.Cleanup(func() { _ = env.Stop() })
 	return cfg, root
+}
+
+// StartSuiteEnvtest starts a real kube-apiserver and etcd for a suite's
+// TestMain, with the project's CRDs and those of the manifests in extraCRDs
+// installed; the suite stops it with env.Stop.
+func StartSuiteEnvtest(extraCRDs ...string) (*envtest.Environment, *rest.Config, error) {
+	env, _, err := environment(true, extraCRDs...)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := StartEnvironment(env)
+	if err != nil {
+		return nil, nil, fmt.Errorf("starting envtest: %w", err)
+	}
+	return env, cfg, nil
+}
+
+// environment is an envtest environment on the project's binaries, installing
+// the project's CRDs and extraCRDs when withCRDs, and the repository root.
+func environment(withCRDs bool, extraCRDs ...string) (*envtest.Environment, string, error) {
+	assets, err := EnvtestAssets()
+	if err != nil {
+		return nil, "", fmt.Errorf("envtest binaries: %w", err)
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, "", err
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: assets}
+	if withCRDs {
+		env.CRDDirectoryPaths = append([]string{filepath.Join(root, "config", "crd", "bases")}, extraCRDs...)
+		env.ErrorIfCRDPathMissing = true
+	}
+	return env, root, nil
+}
+
+// NewClient is a client of the API server at cfg for a test, with scheme.
+func NewClient(t testing.TB, cfg *rest.Config, scheme *runtime.Scheme) client.Client {
+	t.Helper()
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // StartEnvironment starts env as env.Start does, and starts it again (twice at

@@ -82,8 +82,7 @@ func startAnalysedCanary(t *testing.T, g *WithT, name string, canaryRate float64
 	t.Helper()
 	analysistest.RequireBinaries(t)
 	ctx := context.Background()
-	ns := newNamespace(t)
-	createS3Secret(t, ns)
+	ns := credentialedNamespace(t)
 	c := &analysedCanary{ns: ns, name: name, key: client.ObjectKey{Namespace: ns, Name: name}}
 	stableName, canaryName := name+"-7c9d8f6b5-x2k4p", name+"-canary-5d8f7c9b6-q7w2e"
 	sims := analysistest.StartPods(t,

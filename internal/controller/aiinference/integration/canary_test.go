@@ -117,8 +117,7 @@ func startCanary(t *testing.T, g *WithT, obj *servingv1.AIInference) (string, *c
 func TestCanaryWeightsMoveStepByStepThenPromote(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	ns := newNamespace(t)
-	createS3Secret(t, ns)
+	ns := credentialedNamespace(t)
 	obj := canaryInference(ns, "canary",
 		servingv1.CanaryStep{Weight: 20, Pause: &servingv1.PauseStep{Duration: &metav1.Duration{Duration: 2 * time.Second}}},
 		servingv1.CanaryStep{Weight: 30, Pause: &servingv1.PauseStep{Duration: &metav1.Duration{Duration: 2 * time.Second}}},
@@ -190,8 +189,7 @@ func TestCanaryWeightsMoveStepByStepThenPromote(t *testing.T) {
 func TestCanaryAbortReturnsAllTrafficToStable(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	ns := newNamespace(t)
-	createS3Secret(t, ns)
+	ns := credentialedNamespace(t)
 	obj := canaryInference(ns, "abort", servingv1.CanaryStep{Weight: 30, Pause: &servingv1.PauseStep{}})
 	key := client.ObjectKeyFromObject(obj)
 	stableRev, _ := startCanary(t, g, obj)
@@ -228,8 +226,7 @@ func TestCanaryAbortReturnsAllTrafficToStable(t *testing.T) {
 func TestCanaryInferencePoolsAreAcceptedByTheirCRD(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	ns := newNamespace(t)
-	createS3Secret(t, ns)
+	ns := credentialedNamespace(t)
 	obj := canaryInference(ns, "pools", servingv1.CanaryStep{Weight: 10, Pause: &servingv1.PauseStep{}})
 	obj.Spec.Rollout.Canary.Traffic.Gateway.Backend = servingv1.BackendInferencePool
 	obj.Spec.Rollout.Canary.Traffic.Gateway.InferencePool = &servingv1.InferencePoolBackends{

@@ -28,38 +28,74 @@ import (
 
 const waitTimeout = 20 * time.Second
 
+// newInference is testutil's AIInference on two GPUs, with two retries one
+// second apart.
 func newInference(ns, name string) *servingv1.AIInference {
-	return &servingv1.AIInference{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: servingv1.AIInferenceSpec{
-			Model: servingv1.ModelSpec{
-				Name: "llama-3.1-8b",
-				Size: ptr.To(resource.MustParse("16Gi")),
-				Source: servingv1.ModelSource{S3: &servingv1.S3Source{
-					Bucket: "models", Prefix: "llama-3.1-8b/", Endpoint: "http://minio.storage:9000", PathStyle: true,
-					CredentialsSecretRef: &servingv1.S3CredentialsSecretRef{Name: "s3-creds"},
-				}},
-			},
-			Engine:   servingv1.EngineSpec{Type: servingv1.EngineVLLM},
-			GPU:      servingv1.GPUSpec{Count: 2, Products: []string{"NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"}},
-			Replicas: ptr.To[int32](1),
-			Loading: servingv1.LoadingSpec{
-				MaxRetries: ptr.To[int32](2),
-				Backoff:    &metav1.Duration{Duration: time.Second},
-			},
-		},
+	obj := testutil.Inference(ns, name, 2, "NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB")
+	obj.Spec.Loading = servingv1.LoadingSpec{
+		MaxRetries: ptr.To[int32](2),
+		Backoff:    &metav1.Duration{Duration: time.Second},
 	}
+	return obj
 }
 
 func createS3Secret(t *testing.T, ns string) {
 	t.Helper()
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-creds"},
-		StringData: map[string]string{"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret"},
-	}
-	if err := k8s.Create(context.Background(), secret); err != nil {
+	if err := k8s.Create(context.Background(), testutil.S3Secret(ns, testutil.S3SecretName)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// credentialedNamespace gives a test its own namespace holding the S3 Secret that
+// newInference names.
+func credentialedNamespace(t *testing.T) string {
+	t.Helper()
+	ns := newNamespace(t)
+	createS3Secret(t, ns)
+	return ns
+}
+
+// startInference starts a test of one AIInference: it creates newInference(name),
+// changed by mutate, in a credentialedNamespace, and returns the test's gomega,
+// the object and its key.
+func startInference(t *testing.T, name string, mutate ...func(*servingv1.AIInference)) (*WithT, *servingv1.AIInference, client.ObjectKey) {
+	t.Helper()
+	g := NewWithT(t)
+	obj := newInference(credentialedNamespace(t), name)
+	for _, m := range mutate {
+		m(obj)
+	}
+	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
+	return g, obj, client.ObjectKeyFromObject(obj)
+}
+
+// objectPtr is a pointer to an API object of type T.
+type objectPtr[T any] interface {
+	*T
+	client.Object
+}
+
+// updateObject reads the object at key afresh, changes it with mutate and writes
+// it back, again on a conflict.
+func updateObject[T any, P objectPtr[T]](g *WithT, key client.ObjectKey, mutate func(P)) {
+	rewrite(g, key, mutate, func(obj client.Object) error { return k8s.Update(context.Background(), obj) })
+}
+
+// updateStatus is updateObject for the object's status, written as its
+// controller (or the kubelet) writes it.
+func updateStatus[T any, P objectPtr[T]](g *WithT, key client.ObjectKey, mutate func(P)) {
+	rewrite(g, key, mutate, func(obj client.Object) error { return k8s.Status().Update(context.Background(), obj) })
+}
+
+func rewrite[T any, P objectPtr[T]](g *WithT, key client.ObjectKey, mutate func(P), write func(client.Object) error) {
+	g.Eventually(func() error {
+		obj := P(new(T))
+		if err := k8s.Get(context.Background(), key, obj); err != nil {
+			return err
+		}
+		mutate(obj)
+		return write(obj)
+	}).WithTimeout(waitTimeout).Should(Succeed())
 }
 
 func getDeployment(g Gomega, key client.ObjectKey) *appsv1.Deployment {
@@ -70,18 +106,15 @@ func getDeployment(g Gomega, key client.ObjectKey) *appsv1.Deployment {
 
 func TestChildrenHaveTheRightShape(t *testing.T) {
 	t.Parallel()
-	g := NewWithT(t)
 	ctx := context.Background()
-	ns := newNamespace(t)
-	createS3Secret(t, ns)
-	obj := newInference(ns, "shape")
-	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
-	key := client.ObjectKeyFromObject(obj)
+	g, _, key := startInference(t, "shape")
 
 	d := getDeployment(g, key)
 	cm := &corev1.ConfigMap{}
 	svc := &corev1.Service{}
-	g.Eventually(func() error { return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shape-loader"}, cm) }).WithTimeout(waitTimeout).Should(Succeed())
+	g.Eventually(func() error {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: "shape-loader"}, cm)
+	}).WithTimeout(waitTimeout).Should(Succeed())
 	g.Eventually(func() error { return k8s.Get(ctx, key, svc) }).WithTimeout(waitTimeout).Should(Succeed())
 
 	for _, child := range []client.Object{d, cm, svc} {
@@ -160,6 +193,15 @@ func podFor(t *testing.T, g *WithT, obj *servingv1.AIInference, name string) *co
 	return pod
 }
 
+// boundPod makes the object's pod (podFor) and binds it to a node, as the
+// scheduler does.
+func boundPod(t *testing.T, g *WithT, obj *servingv1.AIInference, name, node string) *corev1.Pod {
+	t.Helper()
+	pod := podFor(t, g, obj, name)
+	bind(g, pod, node)
+	return pod
+}
+
 func bind(g *WithT, pod *corev1.Pod, node string) {
 	binding := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
@@ -178,6 +220,11 @@ func setPodStatus(g *WithT, pod *corev1.Pod, mutate func(*corev1.PodStatus)) {
 	}).WithTimeout(waitTimeout).Should(Succeed())
 }
 
+// setInitStatuses writes the statuses of the pod's init containers, as the kubelet does.
+func setInitStatuses(g *WithT, pod *corev1.Pod, statuses []corev1.ContainerStatus) {
+	setPodStatus(g, pod, func(s *corev1.PodStatus) { s.InitContainerStatuses = statuses })
+}
+
 func loaderStatus(state corev1.ContainerState) []corev1.ContainerStatus {
 	return []corev1.ContainerStatus{{Name: servingv1.LoaderContainerName, State: state}}
 }
@@ -190,14 +237,9 @@ func loaderExited(code int32, summary loadspec.Summary, finished time.Time) core
 }
 
 func setDeploymentStatus(g *WithT, key client.ObjectKey, replicas, ready int32) {
-	g.Eventually(func() error {
-		d := &appsv1.Deployment{}
-		if err := k8s.Get(context.Background(), key, d); err != nil {
-			return err
-		}
+	updateStatus(g, key, func(d *appsv1.Deployment) {
 		d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: replicas, UpdatedReplicas: replicas, ReadyReplicas: ready, AvailableReplicas: ready}
-		return k8s.Status().Update(context.Background(), d)
-	}).WithTimeout(waitTimeout).Should(Succeed())
+	})
 }
 
 func readyCondition(obj *servingv1.AIInference) metav1.Condition {
@@ -209,12 +251,7 @@ func readyCondition(obj *servingv1.AIInference) metav1.Condition {
 
 func TestPhasesFollowPodsFromPendingToReady(t *testing.T) {
 	t.Parallel()
-	g := NewWithT(t)
-	ns := newNamespace(t)
-	createS3Secret(t, ns)
-	obj := newInference(ns, "phases")
-	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
-	key := client.ObjectKeyFromObject(obj)
+	g, obj, key := startInference(t, "phases")
 
 	pod := podFor(t, g, obj, "phases-pod-1")
 	setPodStatus(g, pod, func(s *corev1.PodStatus) {
@@ -271,7 +308,7 @@ func TestPhasesFollowPodsFromPendingToReady(t *testing.T) {
 	// Events carry the same reasons as the Ready condition.
 	g.Eventually(func(g Gomega) {
 		events := &corev1.EventList{}
-		g.Expect(k8s.List(context.Background(), events, client.InNamespace(ns))).To(Succeed())
+		g.Expect(k8s.List(context.Background(), events, client.InNamespace(key.Namespace))).To(Succeed())
 		var reasons []string
 		for _, e := range events.Items {
 			reasons = append(reasons, e.Reason)
@@ -284,21 +321,13 @@ func TestPhasesFollowPodsFromPendingToReady(t *testing.T) {
 // drain), and the next pod's failure passes the bound.
 func TestRetriesAddUpAcrossReplacedPods(t *testing.T) {
 	t.Parallel()
-	g := NewWithT(t)
 	ctx := context.Background()
-	ns := newNamespace(t)
-	createS3Secret(t, ns)
-	obj := newInference(ns, "retries")
-	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
-	key := client.ObjectKeyFromObject(obj)
+	g, obj, key := startInference(t, "retries")
 	transient := loadspec.Summary{Failure: &loadspec.Failure{Reason: loadspec.ReasonTransient, Message: "connection reset by peer", Retryable: true}}
 
 	// maxRetries is 2. The first pod fails twice, restarted in place, then goes.
-	first := podFor(t, g, obj, "retries-pod-1")
-	bind(g, first, "gpu-node-1")
-	setPodStatus(g, first, func(s *corev1.PodStatus) {
-		s.InitContainerStatuses = loaderRestarted(1, loadspec.ExitRetryable, transient, time.Now(), true)
-	})
+	first := boundPod(t, g, obj, "retries-pod-1", "gpu-node-1")
+	setInitStatuses(g, first, loaderRestarted(1, loadspec.ExitRetryable, transient, time.Now(), true))
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		g.Expect(obj.Status.LoadRetries).To(Equal(int32(2)))
 		g.Expect(readyCondition(obj).Reason).To(Equal(servingv1.ReasonRetryingLoad))
@@ -307,11 +336,8 @@ func TestRetriesAddUpAcrossReplacedPods(t *testing.T) {
 	})
 	g.Expect(k8s.Delete(ctx, first, client.GracePeriodSeconds(0))).To(Succeed())
 
-	second := podFor(t, g, obj, "retries-pod-2")
-	bind(g, second, "gpu-node-2")
-	setPodStatus(g, second, func(s *corev1.PodStatus) {
-		s.InitContainerStatuses = loaderStatus(loaderExited(loadspec.ExitRetryable, transient, time.Now()))
-	})
+	second := boundPod(t, g, obj, "retries-pod-2", "gpu-node-2")
+	setInitStatuses(g, second, loaderStatus(loaderExited(loadspec.ExitRetryable, transient, time.Now())))
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		g.Expect(obj.Status.Phase).To(Equal(servingv1.PhaseFailed))
 		g.Expect(readyCondition(obj).Reason).To(Equal(servingv1.ReasonRetriesExhausted))
@@ -337,17 +363,10 @@ func TestRetriesAddUpAcrossReplacedPods(t *testing.T) {
 
 func TestPermanentLoadFailureFailsAtOnce(t *testing.T) {
 	t.Parallel()
-	g := NewWithT(t)
-	ns := newNamespace(t)
-	createS3Secret(t, ns)
-	obj := newInference(ns, "corrupt")
-	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
-	pod := podFor(t, g, obj, "corrupt-pod")
-	bind(g, pod, "gpu-node-1")
+	g, obj, _ := startInference(t, "corrupt")
+	pod := boundPod(t, g, obj, "corrupt-pod", "gpu-node-1")
 	checksum := loadspec.Summary{Failure: &loadspec.Failure{Reason: loadspec.ReasonChecksumMismatch, Message: "model-00001-of-00004.safetensors: sha256 mismatch"}}
-	setPodStatus(g, pod, func(s *corev1.PodStatus) {
-		s.InitContainerStatuses = loaderStatus(loaderExited(loadspec.ExitChecksum, checksum, time.Now()))
-	})
+	setInitStatuses(g, pod, loaderStatus(loaderExited(loadspec.ExitChecksum, checksum, time.Now())))
 	eventually(t, g, client.ObjectKeyFromObject(obj), waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		g.Expect(obj.Status.Phase).To(Equal(servingv1.PhaseFailed))
 		g.Expect(readyCondition(obj).Reason).To(Equal(servingv1.ReasonLoadFailed))
@@ -380,8 +399,7 @@ func TestMissingReferencesAreReportedAndRecovered(t *testing.T) {
 	// The Deployment is applied: the operator does not know the Secret is missing.
 	getDeployment(g, key)
 
-	pod := podFor(t, g, obj, "no-secret-pod")
-	bind(g, pod, "gpu-node-1")
+	pod := boundPod(t, g, obj, "no-secret-pod", "gpu-node-1")
 	configError := func(message string) func(*corev1.PodStatus) {
 		return func(s *corev1.PodStatus) {
 			s.InitContainerStatuses = loaderStatus(corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: message}})
@@ -409,17 +427,10 @@ func TestMissingReferencesAreReportedAndRecovered(t *testing.T) {
 
 	// The key added, the kubelet starts the loader: the pod's change, not a
 	// periodic look, brings the next pass.
-	g.Eventually(func() error {
-		secret := &corev1.Secret{}
-		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s3-creds"}, secret); err != nil {
-			return err
-		}
+	updateObject(g, client.ObjectKey{Namespace: ns, Name: "s3-creds"}, func(secret *corev1.Secret) {
 		secret.Data["AWS_SECRET_ACCESS_KEY"] = []byte("secret")
-		return k8s.Update(ctx, secret)
-	}).WithTimeout(waitTimeout).Should(Succeed())
-	setPodStatus(g, pod, func(s *corev1.PodStatus) {
-		s.InitContainerStatuses = loaderStatus(corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}})
 	})
+	setInitStatuses(g, pod, loaderStatus(corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}))
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		g.Expect(readyCondition(obj).Reason).To(Equal(servingv1.ReasonLoading))
 		g.Expect(meta.FindStatusCondition(obj.Status.Conditions, servingv1.ConditionStalled)).To(BeNil())
@@ -439,13 +450,9 @@ func TestMissingReferencesAreReportedAndRecovered(t *testing.T) {
 
 func TestUnchangedObjectCausesNoWrites(t *testing.T) {
 	t.Parallel()
-	g := NewWithT(t)
 	ctx := context.Background()
-	ns := newNamespace(t)
-	createS3Secret(t, ns)
-	obj := newInference(ns, "quiet")
-	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
-	key := client.ObjectKeyFromObject(obj)
+	g, _, key := startInference(t, "quiet")
+	ns := key.Namespace
 	getDeployment(g, key)
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		g.Expect(obj.Status.ObservedGeneration).To(Equal(obj.Generation))
@@ -471,14 +478,9 @@ func TestUnchangedObjectCausesNoWrites(t *testing.T) {
 	g.Consistently(func() []string { return writesSince(before, ns) }).WithTimeout(2*time.Second).Should(BeEmpty(), "writes made by reconciling an unchanged object")
 
 	// The same after a retry request: the request is handled once, then nothing.
-	g.Eventually(func() error {
-		fresh := &servingv1.AIInference{}
-		if err := k8s.Get(ctx, key, fresh); err != nil {
-			return err
-		}
+	updateInference(g, key, func(fresh *servingv1.AIInference) {
 		fresh.Annotations = map[string]string{servingv1.AnnotationRequestedAt: "2026-12-03T09:00:00Z"}
-		return k8s.Update(ctx, fresh)
-	}).WithTimeout(waitTimeout).Should(Succeed())
+	})
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		g.Expect(obj.Status.LastHandledRequestedAt).To(Equal("2026-12-03T09:00:00Z"))
 	})

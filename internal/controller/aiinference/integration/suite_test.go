@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,7 +24,6 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
@@ -61,29 +59,14 @@ func runSuite(m *testing.M) int {
 		logs = os.Stderr
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(logs), zap.UseDevMode(true)))
-	assets, err := testutil.EnvtestAssets()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "envtest binaries:", err)
-		return 1
-	}
-	root, err := testutil.RepoRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
 	trafficCRDs, err := testutil.TrafficCRDs()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     append([]string{filepath.Join(root, "config", "crd", "bases")}, trafficCRDs...),
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := testutil.StartEnvironment(env)
+	env, cfg, err := testutil.StartSuiteEnvtest(trafficCRDs...)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting envtest:", err)
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer func() { _ = env.Stop() }()

@@ -37,20 +37,14 @@ func condition(obj *servingv1.AIInference, condType string) metav1.Condition {
 // setDeploymentRollout writes the status the Deployment controller reports while
 // it replaces old pods by new ones.
 func setDeploymentRollout(g *WithT, key client.ObjectKey, replicas, updated, ready int32) {
-	g.Eventually(func() error {
-		d := &appsv1.Deployment{}
-		if err := k8s.Get(context.Background(), key, d); err != nil {
-			return err
-		}
+	updateStatus(g, key, func(d *appsv1.Deployment) {
 		d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: replicas, UpdatedReplicas: updated,
 			ReadyReplicas: ready, AvailableReplicas: ready, UnavailableReplicas: replicas - ready}
-		return k8s.Status().Update(context.Background(), d)
-	}).WithTimeout(waitTimeout).Should(Succeed())
+	})
 }
 
 func servingPod(t *testing.T, g *WithT, obj *servingv1.AIInference, name string) *corev1.Pod {
-	pod := podFor(t, g, obj, name)
-	bind(g, pod, "gpu-node-1")
+	pod := boundPod(t, g, obj, name, "gpu-node-1")
 	setPodStatus(g, pod, func(s *corev1.PodStatus) {
 		s.Phase = corev1.PodRunning
 		s.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}, {Type: corev1.PodReady, Status: corev1.ConditionTrue}}
@@ -62,25 +56,13 @@ func servingPod(t *testing.T, g *WithT, obj *servingv1.AIInference, name string)
 }
 
 func updateInference(g *WithT, key client.ObjectKey, mutate func(*servingv1.AIInference)) {
-	g.Eventually(func() error {
-		fresh := &servingv1.AIInference{}
-		if err := k8s.Get(context.Background(), key, fresh); err != nil {
-			return err
-		}
-		mutate(fresh)
-		return k8s.Update(context.Background(), fresh)
-	}).WithTimeout(waitTimeout).Should(Succeed())
+	updateObject(g, key, mutate)
 }
 
 // Case 1: Ready only once the current spec serves; a stuck rollout says why.
 func TestReadyWaitsForTheNewSpecDuringARollout(t *testing.T) {
 	t.Parallel()
-	g := NewWithT(t)
-	ns := newNamespace(t)
-	createS3Secret(t, ns)
-	obj := newInference(ns, "rollout")
-	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
-	key := client.ObjectKeyFromObject(obj)
+	g, obj, key := startInference(t, "rollout")
 	servingPod(t, g, obj, "rollout-old")
 	setDeploymentStatus(g, key, 1, 1)
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
@@ -146,16 +128,10 @@ func loaderBudget(g Gomega, key client.ObjectKey) loadspec.Budget {
 // object stays Failed once the bound is reached, and loads stop until a retry is asked.
 func TestLoaderRestartedInPlaceCountsEveryAttempt(t *testing.T) {
 	t.Parallel()
-	g := NewWithT(t)
-	ns := newNamespace(t)
-	createS3Secret(t, ns)
-	obj := newInference(ns, "inplace")
-	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
-	key := client.ObjectKeyFromObject(obj)
+	g, obj, key := startInference(t, "inplace")
 	transient := loadspec.Summary{Failure: &loadspec.Failure{Reason: loadspec.ReasonTransient, Message: "connection reset by peer", Retryable: true}}
 
-	pod := podFor(t, g, obj, "inplace-pod")
-	bind(g, pod, "gpu-node-1")
+	pod := boundPod(t, g, obj, "inplace-pod", "gpu-node-1")
 	first := time.Now().Add(-time.Minute)
 	// The first failure is visible while the kubelet's second run is already running.
 	setPodStatus(g, pod, func(s *corev1.PodStatus) {
@@ -169,17 +145,13 @@ func TestLoaderRestartedInPlaceCountsEveryAttempt(t *testing.T) {
 		g.Expect(condition(obj, servingv1.ConditionReady).Message).To(ContainSubstring("connection reset by peer"))
 	})
 	// The second failure, in back-off: still counted once each.
-	setPodStatus(g, pod, func(s *corev1.PodStatus) {
-		s.InitContainerStatuses = loaderRestarted(1, loadspec.ExitRetryable, transient, first.Add(20*time.Second), true)
-	})
+	setInitStatuses(g, pod, loaderRestarted(1, loadspec.ExitRetryable, transient, first.Add(20*time.Second), true))
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		g.Expect(obj.Status.LoadRetries).To(Equal(int32(2)))
 		g.Expect(obj.Status.Phase).NotTo(Equal(servingv1.PhaseFailed))
 	})
 	// The third failure is past maxRetries (2): Failed, and loads halt.
-	setPodStatus(g, pod, func(s *corev1.PodStatus) {
-		s.InitContainerStatuses = loaderRestarted(2, loadspec.ExitRetryable, transient, first.Add(40*time.Second), true)
-	})
+	setInitStatuses(g, pod, loaderRestarted(2, loadspec.ExitRetryable, transient, first.Add(40*time.Second), true))
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		g.Expect(obj.Status.Phase).To(Equal(servingv1.PhaseFailed))
 		g.Expect(condition(obj, servingv1.ConditionReady).Reason).To(Equal(servingv1.ReasonRetriesExhausted))
@@ -190,9 +162,7 @@ func TestLoaderRestartedInPlaceCountsEveryAttempt(t *testing.T) {
 	}).WithTimeout(waitTimeout).Should(Succeed())
 
 	// The kubelet goes on restarting it; the object stays Failed and counts nothing more.
-	setPodStatus(g, pod, func(s *corev1.PodStatus) {
-		s.InitContainerStatuses = loaderRestarted(3, loadspec.ExitHalted, loadspec.Summary{Failure: &loadspec.Failure{Reason: loadspec.ReasonHalted, Message: "not downloading"}}, time.Now(), false)
-	})
+	setInitStatuses(g, pod, loaderRestarted(3, loadspec.ExitHalted, loadspec.Summary{Failure: &loadspec.Failure{Reason: loadspec.ReasonHalted, Message: "not downloading"}}, time.Now(), false))
 	g.Consistently(func(g Gomega) {
 		got := &servingv1.AIInference{}
 		g.Expect(k8s.Get(context.Background(), key, got)).To(Succeed())
@@ -222,18 +192,10 @@ func TestLoaderRestartedInPlaceCountsEveryAttempt(t *testing.T) {
 // already running fails the object at once.
 func TestPermanentFailureSeenInLastStateFailsAtOnce(t *testing.T) {
 	t.Parallel()
-	g := NewWithT(t)
-	ns := newNamespace(t)
-	createS3Secret(t, ns)
-	obj := newInference(ns, "corrupt-inplace")
-	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
-	key := client.ObjectKeyFromObject(obj)
-	pod := podFor(t, g, obj, "corrupt-inplace-pod")
-	bind(g, pod, "gpu-node-1")
+	g, obj, key := startInference(t, "corrupt-inplace")
+	pod := boundPod(t, g, obj, "corrupt-inplace-pod", "gpu-node-1")
 	checksum := loadspec.Summary{Failure: &loadspec.Failure{Reason: loadspec.ReasonChecksumMismatch, Message: "model.safetensors: crc64nvme mismatch"}}
-	setPodStatus(g, pod, func(s *corev1.PodStatus) {
-		s.InitContainerStatuses = loaderRestarted(1, loadspec.ExitChecksum, checksum, time.Now(), false)
-	})
+	setInitStatuses(g, pod, loaderRestarted(1, loadspec.ExitChecksum, checksum, time.Now(), false))
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		g.Expect(obj.Status.Phase).To(Equal(servingv1.PhaseFailed))
 		g.Expect(condition(obj, servingv1.ConditionReady).Reason).To(Equal(servingv1.ReasonLoadFailed))
@@ -250,19 +212,11 @@ func TestPermanentFailureSeenInLastStateFailsAtOnce(t *testing.T) {
 // serving ones makes the object degraded, not Failed.
 func TestScaleKeepsTheBudgetAndOneBadReplicaDegrades(t *testing.T) {
 	t.Parallel()
-	g := NewWithT(t)
-	ns := newNamespace(t)
-	createS3Secret(t, ns)
-	obj := newInference(ns, "degraded")
-	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
-	key := client.ObjectKeyFromObject(obj)
+	g, obj, key := startInference(t, "degraded")
 	servingPod(t, g, obj, "degraded-good")
-	bad := podFor(t, g, obj, "degraded-bad")
-	bind(g, bad, "gpu-node-2")
+	bad := boundPod(t, g, obj, "degraded-bad", "gpu-node-2")
 	transient := loadspec.Summary{Failure: &loadspec.Failure{Reason: loadspec.ReasonTransient, Message: "i/o timeout", Retryable: true}}
-	setPodStatus(g, bad, func(s *corev1.PodStatus) {
-		s.InitContainerStatuses = loaderRestarted(1, loadspec.ExitRetryable, transient, time.Now(), false)
-	})
+	setInitStatuses(g, bad, loaderRestarted(1, loadspec.ExitRetryable, transient, time.Now(), false))
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		g.Expect(obj.Status.LoadRetries).To(Equal(int32(1)))
 	})
@@ -275,9 +229,7 @@ func TestScaleKeepsTheBudgetAndOneBadReplicaDegrades(t *testing.T) {
 	})
 
 	checksum := loadspec.Summary{Failure: &loadspec.Failure{Reason: loadspec.ReasonChecksumMismatch, Message: "shard 3: sha256 mismatch"}}
-	setPodStatus(g, bad, func(s *corev1.PodStatus) {
-		s.InitContainerStatuses = loaderRestarted(1, loadspec.ExitChecksum, checksum, time.Now(), true)
-	})
+	setInitStatuses(g, bad, loaderRestarted(1, loadspec.ExitChecksum, checksum, time.Now(), true))
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		g.Expect(obj.Status.Phase).To(Equal(servingv1.PhaseDegraded))
 		g.Expect(condition(obj, servingv1.ConditionReady).Status).To(Equal(metav1.ConditionFalse))
@@ -290,13 +242,9 @@ func TestScaleKeepsTheBudgetAndOneBadReplicaDegrades(t *testing.T) {
 // and the API server's message shows in a condition.
 func TestAFailingStepStopsTheStepsThatDependOnIt(t *testing.T) {
 	t.Parallel()
-	g := NewWithT(t)
 	ctx := context.Background()
-	ns := newNamespace(t)
-	createS3Secret(t, ns)
-	obj := newInference(ns, "frozen")
-	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
-	key := client.ObjectKeyFromObject(obj)
+	g, _, key := startInference(t, "frozen")
+	ns := key.Namespace
 	before := getDeployment(g, key)
 	g.Eventually(func() error {
 		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "frozen-loader"}, &corev1.ConfigMap{})
@@ -352,34 +300,17 @@ func TestAFailingStepStopsTheStepsThatDependOnIt(t *testing.T) {
 // AIInference does not control is never adopted.
 func TestChildrenEditedByHandConvergeBack(t *testing.T) {
 	t.Parallel()
-	g := NewWithT(t)
 	ctx := context.Background()
-	ns := newNamespace(t)
-	createS3Secret(t, ns)
-	obj := newInference(ns, "drift")
-	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
-	key := client.ObjectKeyFromObject(obj)
+	g, _, key := startInference(t, "drift")
 	getDeployment(g, key)
 
 	// kubectl scale, and kubectl edit removing the GPU toleration.
-	g.Eventually(func() error {
-		d := &appsv1.Deployment{}
-		if err := k8s.Get(ctx, key, d); err != nil {
-			return err
-		}
+	updateObject(g, key, func(d *appsv1.Deployment) {
 		d.Spec.Replicas = ptr.To[int32](5)
 		d.Spec.Template.Spec.Tolerations = nil
-		return k8s.Update(ctx, d)
-	}).WithTimeout(waitTimeout).Should(Succeed())
+	})
 	// kubectl edit of the Service port.
-	g.Eventually(func() error {
-		svc := &corev1.Service{}
-		if err := k8s.Get(ctx, key, svc); err != nil {
-			return err
-		}
-		svc.Spec.Ports[0].Port = 9999
-		return k8s.Update(ctx, svc)
-	}).WithTimeout(waitTimeout).Should(Succeed())
+	updateObject(g, key, func(svc *corev1.Service) { svc.Spec.Ports[0].Port = 9999 })
 
 	g.Eventually(func(g Gomega) {
 		d := &appsv1.Deployment{}
@@ -397,30 +328,16 @@ func TestChildrenEditedByHandConvergeBack(t *testing.T) {
 // tools add to metadata and to the template's annotations stays.
 func TestKeysAddedByHandAreRemoved(t *testing.T) {
 	t.Parallel()
-	g := NewWithT(t)
 	ctx := context.Background()
-	ns := newNamespace(t)
-	createS3Secret(t, ns)
-	obj := newInference(ns, "added")
-	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
-	key := client.ObjectKeyFromObject(obj)
+	g, _, key := startInference(t, "added")
 	getDeployment(g, key)
-	cmKey := client.ObjectKey{Namespace: ns, Name: "added-loader"}
+	cmKey := client.ObjectKey{Namespace: key.Namespace, Name: "added-loader"}
 
-	g.Eventually(func() error {
-		svc := &corev1.Service{}
-		if err := k8s.Get(ctx, key, svc); err != nil {
-			return err
-		}
+	updateObject(g, key, func(svc *corev1.Service) {
 		svc.Spec.Selector["tier"] = "gold"
 		svc.Labels["team"] = "search"
-		return k8s.Update(ctx, svc)
-	}).WithTimeout(waitTimeout).Should(Succeed())
-	g.Eventually(func() error {
-		d := &appsv1.Deployment{}
-		if err := k8s.Get(ctx, key, d); err != nil {
-			return err
-		}
+	})
+	updateObject(g, key, func(d *appsv1.Deployment) {
 		d.Spec.Template.Labels["tier"] = "gold"
 		if d.Spec.Template.Spec.NodeSelector == nil {
 			d.Spec.Template.Spec.NodeSelector = map[string]string{}
@@ -431,16 +348,8 @@ func TestKeysAddedByHandAreRemoved(t *testing.T) {
 		}
 		d.Spec.Template.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("1Mi")
 		d.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"] = "2026-12-04T10:00:00Z"
-		return k8s.Update(ctx, d)
-	}).WithTimeout(waitTimeout).Should(Succeed())
-	g.Eventually(func() error {
-		cm := &corev1.ConfigMap{}
-		if err := k8s.Get(ctx, cmKey, cm); err != nil {
-			return err
-		}
-		cm.Data["extra.json"] = "{}"
-		return k8s.Update(ctx, cm)
-	}).WithTimeout(waitTimeout).Should(Succeed())
+	})
+	updateObject(g, cmKey, func(cm *corev1.ConfigMap) { cm.Data["extra.json"] = "{}" })
 
 	g.Eventually(func(g Gomega) {
 		svc := &corev1.Service{}
@@ -464,15 +373,10 @@ func TestKeysAddedByHandAreRemoved(t *testing.T) {
 // touch an object of someone else's (TestASameNamedServiceIsNeverAdopted).
 func TestACreatingPassReadsNoChild(t *testing.T) {
 	t.Parallel()
-	g := NewWithT(t)
-	ns := newNamespace(t)
-	createS3Secret(t, ns)
-	obj := newInference(ns, "fresh")
-	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
-	key := client.ObjectKeyFromObject(obj)
+	g, _, key := startInference(t, "fresh")
 	getDeployment(g, key)
 	g.Expect(k8s.Get(context.Background(), key, &corev1.Service{})).To(Succeed())
-	g.Expect(childReadsOf(ns)).To(BeEmpty(), "children read from the API server")
+	g.Expect(childReadsOf(key.Namespace)).To(BeEmpty(), "children read from the API server")
 }
 
 func TestASameNamedServiceIsNeverAdopted(t *testing.T) {
@@ -527,44 +431,30 @@ func TestPodsPassRestrictedPodSecurity(t *testing.T) {
 
 func TestPodCreationFailuresAreReported(t *testing.T) {
 	t.Parallel()
-	g := NewWithT(t)
-	ns := newNamespace(t)
-	createS3Secret(t, ns)
-	obj := newInference(ns, "quota")
-	obj.Spec.Loading.Timeout = &metav1.Duration{Duration: 20 * time.Minute}
-	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
-	key := client.ObjectKeyFromObject(obj)
+	g, obj, key := startInference(t, "quota", func(o *servingv1.AIInference) {
+		o.Spec.Loading.Timeout = &metav1.Duration{Duration: 20 * time.Minute}
+	})
 	d := getDeployment(g, key)
 	g.Expect(d.Spec.ProgressDeadlineSeconds).NotTo(BeNil())
 	g.Expect(*d.Spec.ProgressDeadlineSeconds).To(BeNumerically(">=", 2*20*60), "the deadline leaves room for a download and a warm-up")
 
 	const quotaMsg = `pods "quota-7d9f-x" is forbidden: exceeded quota: gpu-quota, requested: requests.nvidia.com/gpu=2, used: requests.nvidia.com/gpu=8, limited: requests.nvidia.com/gpu=8`
-	g.Eventually(func() error {
-		d := &appsv1.Deployment{}
-		if err := k8s.Get(context.Background(), key, d); err != nil {
-			return err
-		}
+	updateStatus(g, key, func(d *appsv1.Deployment) {
 		d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 0, UnavailableReplicas: 1, Conditions: []appsv1.DeploymentCondition{
 			{Type: appsv1.DeploymentReplicaFailure, Status: corev1.ConditionTrue, Reason: "FailedCreate", Message: quotaMsg},
 			{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: "NewReplicaSetCreated"},
 		}}
-		return k8s.Status().Update(context.Background(), d)
-	}).WithTimeout(waitTimeout).Should(Succeed())
+	})
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		ready := condition(obj, servingv1.ConditionReady)
 		g.Expect(ready.Reason).To(Equal(servingv1.ReasonPodCreateFailed))
 		g.Expect(ready.Message).To(ContainSubstring("exceeded quota: gpu-quota"))
 	})
 
-	g.Eventually(func() error {
-		d := &appsv1.Deployment{}
-		if err := k8s.Get(context.Background(), key, d); err != nil {
-			return err
-		}
+	updateStatus(g, key, func(d *appsv1.Deployment) {
 		d.Status.Conditions = []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse,
 			Reason: "ProgressDeadlineExceeded", Message: fmt.Sprintf(`ReplicaSet "%s-7d9f" has timed out progressing.`, obj.Name)}}
-		return k8s.Status().Update(context.Background(), d)
-	}).WithTimeout(waitTimeout).Should(Succeed())
+	})
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		ready := condition(obj, servingv1.ConditionReady)
 		g.Expect(ready.Reason).To(Equal(servingv1.ReasonProgressDeadlineExceeded))

@@ -33,15 +33,14 @@ func setV1Alpha1Served(g *WithT, served bool) {
 func TestAnObjectStoredWithoutConversionGetsAStatusThatSaysSo(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := newNamespace(t)
-	createS3Secret(t, ns)
+	ns := credentialedNamespace(t)
 	setV1Alpha1Served(g, true)
 	t.Cleanup(func() { setV1Alpha1Served(NewWithT(t), false) })
 
 	old := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "serving.aiinference.io/v1alpha1", "kind": "AIInference",
 		"metadata": map[string]any{"name": "stored-as-alpha", "namespace": ns},
-		"spec": map[string]any{"modelName": "llama-3.1-8b", "modelURI": "s3://models/llama-3.1-8b/", "engine": "vLLM", "gpus": int64(1)},
+		"spec":     map[string]any{"modelName": "llama-3.1-8b", "modelURI": "s3://models/llama-3.1-8b/", "engine": "vLLM", "gpus": int64(1)},
 	}}
 	g.Eventually(func() error { return k8s.Create(ctx, old) }).WithTimeout(waitTimeout).Should(Succeed())
 	key := client.ObjectKeyFromObject(old)
