@@ -30,22 +30,12 @@ func TestCanaryWithoutSpareGPUs(t *testing.T) {
 	shared.share(t)
 	g := NewWithT(t)
 	ctx := context.Background()
-	// The nodes go once the namespace is empty: a pod bound to a node that is gone
-	// waits for the pod garbage collector (40 s and more).
-	var names []string
-	t.Cleanup(func() {
-		for _, n := range names {
-			_ = cluster.RemoveNode(context.Background(), n)
-		}
-	})
-	ns := newNamespace(t)
+	ns, nodes := newNamespaceWithNodes(t)
 	// Two GPUs in all, both taken by the two stable replicas; no other test's
 	// pods go to this product.
 	const product = "NVIDIA-L40S"
-	var err error
-	names, err = cluster.AddNodes(ctx, localcluster.NodePool{Name: "l40s", Count: 2, GPUProduct: product, GPUCount: 1,
-		CPU: resource.MustParse("32"), Memory: resource.MustParse("256Gi")})
-	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(nodes.add(localcluster.NodePool{Name: "l40s", Count: 2, GPUProduct: product, GPUCount: 1,
+		CPU: resource.MustParse("32"), Memory: resource.MustParse("256Gi")})).To(Succeed())
 	obj := inference(ns, "canary", 1, product)
 	obj.Spec.Replicas = ptr.To[int32](2)
 	obj.Spec.Rollout = &servingv1.RolloutSpec{Strategy: servingv1.RolloutCanary, Canary: &servingv1.CanarySpec{

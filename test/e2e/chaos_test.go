@@ -38,8 +38,7 @@ const chaosLongEnv = "CHAOS_LONG"
 // It has a cluster of its own: no other test would bear the chaos.
 func TestChaosOperatorKilledWhileItWorks(t *testing.T) {
 	loadGate.share(t)
-	e := chaosCluster.get(t)
-	e.own(t)
+	e := chaosCluster.own(t)
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := e.newNamespace(t)

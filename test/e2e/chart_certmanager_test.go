@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bytes"
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -11,20 +9,15 @@ import (
 	"encoding/pem"
 	"math/big"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/yaml"
-
-	"github.com/aiinference/operator/internal/localcluster"
-	"github.com/aiinference/operator/internal/testutil"
 )
 
 // TestChartCertManagerModeNeedsNoCertificatePermissions renders the chart with
@@ -40,42 +33,17 @@ import (
 // reaches Ready, and its log has no forbidden request. On the solo cluster: the
 // chart's operator is cluster-wide, and the only one there.
 func TestChartCertManagerModeNeedsNoCertificatePermissions(t *testing.T) {
-	e := soloCluster.get(t)
-	e.own(t)
+	e := soloCluster.own(t)
 	g := NewWithT(t)
-	ctx := context.Background()
 	release, workloads := e.newNamespace(t), e.newNamespace(t)
-	helmDir, err := testutil.BuildTools("helm")
-	g.Expect(err).NotTo(HaveOccurred())
-	root, err := testutil.RepoRoot()
-	g.Expect(err).NotTo(HaveOccurred())
-	out, err := exec.Command(filepath.Join(helmDir, "helm"), "template", "aiinference", filepath.Join(root, "charts", "aiinference-operator"),
-		"--namespace", release, "--set", "crds.install=false", "--set", "webhook.certManager.enabled=true", "--set", "replicas=0").Output()
-	g.Expect(err).NotTo(HaveOccurred(), "helm template: %s", out)
-	var created []*unstructured.Unstructured
-	defer func() {
-		for _, obj := range created {
-			if obj.GetNamespace() == "" {
-				_ = e.k8s.Delete(context.Background(), obj)
-			}
-		}
-	}()
+	skip := func(obj *unstructured.Unstructured) bool {
+		return slices.Contains([]string{"", "Issuer", "Certificate", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}, obj.GetKind())
+	}
 	var roles []string
-	for _, doc := range bytes.Split(out, []byte("\n---")) {
-		obj := &unstructured.Unstructured{}
-		g.Expect(yaml.Unmarshal(doc, &obj.Object)).To(Succeed())
-		switch obj.GetKind() {
-		case "", "Issuer", "Certificate", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration":
-			continue
-		case "Role", "ClusterRole":
-			roles = append(roles, obj.GetKind()+" "+obj.GetName())
+	for _, obj := range e.createChart(t, g, release, skip, "crds.install=false", "webhook.certManager.enabled=true", "replicas=0") {
+		if kind := obj.GetKind(); kind == "Role" || kind == "ClusterRole" {
+			roles = append(roles, kind+" "+obj.GetName())
 		}
-		err := e.k8s.Create(ctx, obj)
-		if apierrors.IsAlreadyExists(err) && obj.GetNamespace() == "" {
-			t.Fatalf("%s %s exists already: another install of the chart is in this cluster", obj.GetKind(), obj.GetName())
-		}
-		g.Expect(err).NotTo(HaveOccurred(), "%s %s", obj.GetKind(), obj.GetName())
-		created = append(created, obj)
 	}
 	t.Logf("roles of the chart in cert-manager mode: %s", strings.Join(roles, ", "))
 	g.Expect(roles).NotTo(ContainElement(ContainSubstring("webhook-cert")))
@@ -85,16 +53,10 @@ func TestChartCertManagerModeNeedsNoCertificatePermissions(t *testing.T) {
 	port, err := freePort()
 	g.Expect(err).NotTo(HaveOccurred())
 
-	charted := e.operator("chart-cert-manager", e.tokenKubeconfig(t, g, release, "aiinference-controller-manager"),
-		"--leader-election-namespace="+release, "--webhooks", "--webhook-cert-mode=cert-manager",
+	charted, took := e.serveAsChart(t, g, "chart-cert-manager", release, workloads, "cert-manager-mode",
+		"--webhooks", "--webhook-cert-mode=cert-manager",
 		"--webhook-cert-dir="+certDir, "--webhook-port="+strconv.Itoa(port), "--webhook-namespace="+release)
-	g.Expect(charted.start()).To(Succeed())
-	defer charted.stop()
-	obj := inference(workloads, "cert-manager-mode", 1, localcluster.GPUProductL4)
-	g.Expect(e.k8s.Create(ctx, obj)).To(Succeed())
-	start := time.Now()
-	e.waitFor(t, g, obj, readyTimeout, beReady(1))
-	t.Logf("Ready %.1f s after creation, reconciled with the chart's cert-manager-mode permissions only", time.Since(start).Seconds())
+	t.Logf("Ready %.1f s after creation, reconciled with the chart's cert-manager-mode permissions only", took.Seconds())
 	g.Eventually(func() string { return charted.logTail(300) }).WithTimeout(10*time.Second).Should(ContainSubstring("Serving webhook server"),
 		"the webhook server did not start on the mounted certificate")
 	g.Expect(charted.logTail(300)).NotTo(ContainSubstring("forbidden"), "the operator hit a permission cert-manager mode lacks")

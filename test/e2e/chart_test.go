@@ -25,50 +25,73 @@ import (
 // with exactly the chart's permissions, a sample reaches Ready. On the solo
 // cluster: the chart's operator is cluster-wide, and the only one there.
 func TestChartInstallsAndItsPermissionsServe(t *testing.T) {
-	e := soloCluster.get(t)
-	e.own(t)
+	e := soloCluster.own(t)
 	g := NewWithT(t)
-	ctx := context.Background()
 	release, workloads := e.newNamespace(t), e.newNamespace(t)
+	// The suite installed the CRD; webhooks would need the operator's pod to
+	// serve, which a simulated node does not run.
+	created := e.createChart(t, g, release, nil, "crds.install=false", "webhook.enabled=false", "replicas=0")
+	t.Logf("the API server accepted the chart's %d objects", len(created))
+
+	charted, took := e.serveAsChart(t, g, "chart", release, workloads, "charted")
+	t.Logf("Ready %.1f s after creation, reconciled with the chart's permissions only", took.Seconds())
+	g.Expect(strings.Contains(charted.logTail(300), "forbidden")).To(BeFalse(), "the operator hit a permission the chart lacks:\n%s", charted.logTail(30))
+}
+
+// createChart renders the Helm chart (helm v4 from the tool cache) as release
+// aiinference in the namespace release with the values set, and creates on the
+// cluster every object it renders but those skip (when not nil) leaves out; the
+// objects are returned in the order created. Its cluster-wide objects are
+// deleted when the test ends; the namespaced ones go with their namespace.
+func (e *env) createChart(t *testing.T, g *WithT, release string, skip func(*unstructured.Unstructured) bool, set ...string) []*unstructured.Unstructured {
+	t.Helper()
 	helmDir, err := testutil.BuildTools("helm")
 	g.Expect(err).NotTo(HaveOccurred())
 	root, err := testutil.RepoRoot()
 	g.Expect(err).NotTo(HaveOccurred())
-	// The suite installed the CRD; webhooks would need the operator's pod to
-	// serve, which a simulated node does not run.
-	out, err := exec.Command(filepath.Join(helmDir, "helm"), "template", "aiinference", filepath.Join(root, "charts", "aiinference-operator"),
-		"--namespace", release, "--set", "crds.install=false", "--set", "webhook.enabled=false", "--set", "replicas=0").Output()
+	args := []string{"template", "aiinference", filepath.Join(root, "charts", "aiinference-operator"), "--namespace", release}
+	for _, value := range set {
+		args = append(args, "--set", value)
+	}
+	out, err := exec.Command(filepath.Join(helmDir, "helm"), args...).Output()
 	g.Expect(err).NotTo(HaveOccurred(), "helm template: %s", out)
 	var created []*unstructured.Unstructured
-	defer func() {
+	t.Cleanup(func() {
 		for _, obj := range created {
 			if obj.GetNamespace() == "" {
 				_ = e.k8s.Delete(context.Background(), obj)
 			}
 		}
-	}()
+	})
 	for _, doc := range bytes.Split(out, []byte("\n---")) {
 		obj := &unstructured.Unstructured{}
 		g.Expect(yaml.Unmarshal(doc, &obj.Object)).To(Succeed())
-		if len(obj.Object) == 0 {
+		if len(obj.Object) == 0 || (skip != nil && skip(obj)) {
 			continue
 		}
-		err := e.k8s.Create(ctx, obj)
+		err := e.k8s.Create(context.Background(), obj)
 		if apierrors.IsAlreadyExists(err) && obj.GetNamespace() == "" {
 			t.Fatalf("%s %s exists already: another install of the chart is in this cluster", obj.GetKind(), obj.GetName())
 		}
 		g.Expect(err).NotTo(HaveOccurred(), "%s %s", obj.GetKind(), obj.GetName())
 		created = append(created, obj)
 	}
-	t.Logf("the API server accepted the chart's %d objects", len(created))
+	return created
+}
 
-	charted := e.operator("chart", e.tokenKubeconfig(t, g, release, "aiinference-controller-manager"), "--leader-election-namespace="+release)
+// serveAsChart runs the operator binary (named name) as the ServiceAccount of
+// the chart's release, with a token and nothing else and the extra args, until
+// the test ends; it creates a sample called sample in workloads and waits until
+// it is Ready. It returns the operator and how long the sample took to be Ready.
+func (e *env) serveAsChart(t *testing.T, g *WithT, name, release, workloads, sample string, args ...string) (*operatorProcess, time.Duration) {
+	t.Helper()
+	charted := e.operator(name, e.tokenKubeconfig(t, g, release, "aiinference-controller-manager"),
+		append([]string{"--leader-election-namespace=" + release}, args...)...)
 	g.Expect(charted.start()).To(Succeed())
-	defer charted.stop()
-	obj := inference(workloads, "charted", 1, localcluster.GPUProductL4)
-	g.Expect(e.k8s.Create(ctx, obj)).To(Succeed())
+	t.Cleanup(charted.stop)
+	obj := inference(workloads, sample, 1, localcluster.GPUProductL4)
+	g.Expect(e.k8s.Create(context.Background(), obj)).To(Succeed())
 	start := time.Now()
 	e.waitFor(t, g, obj, readyTimeout, beReady(1))
-	t.Logf("Ready %.1f s after creation, reconciled with the chart's permissions only", time.Since(start).Seconds())
-	g.Expect(strings.Contains(charted.logTail(300), "forbidden")).To(BeFalse(), "the operator hit a permission the chart lacks:\n%s", charted.logTail(30))
+	return charted, time.Since(start)
 }

@@ -91,19 +91,10 @@ func TestReadyOnPreferredGPUsWhileTheyHaveRoom(t *testing.T) {
 func TestPendingUntilASuitableNodeIsAdded(t *testing.T) {
 	shared.share(t)
 	g := NewWithT(t)
-	ctx := context.Background()
-	// The node goes once the namespace is empty: a pod bound to a node that is
-	// gone waits for the pod garbage collector (40 s and more).
-	var added []string
-	t.Cleanup(func() {
-		for _, n := range added {
-			_ = cluster.RemoveNode(context.Background(), n)
-		}
-	})
-	ns := newNamespace(t)
+	ns, nodes := newNamespaceWithNodes(t)
 	const h200 = "NVIDIA-H200-141GB-HBM3"
 	obj := inference(ns, "needs-h200", 4, h200)
-	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
+	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
 	waitFor(t, g, obj, readyTimeout, func(g Gomega, got *servingv1.AIInference) {
 		g.Expect(got.Status.Phase).To(Equal(servingv1.PhasePending))
 		g.Expect(readyReason(got)).To(Equal(servingv1.ReasonUnschedulable))
@@ -112,9 +103,7 @@ func TestPendingUntilASuitableNodeIsAdded(t *testing.T) {
 
 	pool := localcluster.NodePool{Name: "h200", Count: 1, GPUProduct: h200, GPUCount: 8,
 		CPU: resource.MustParse("96"), Memory: resource.MustParse("1Ti")}
-	names, err := cluster.AddNodes(ctx, pool)
-	added = names
-	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(nodes.add(pool)).To(Succeed())
 	// No touch on the object: the scheduler places the pending pod, the operator sees it.
 	waitFor(t, g, obj, readyTimeout, beReady(1))
 	g.Expect(podProducts(g, obj)).To(ConsistOf(h200))
@@ -209,20 +198,11 @@ func TestHundredsOfUnschedulableReplicasStopWritingStatus(t *testing.T) {
 	shared.share(t)
 	g := NewWithT(t)
 	ctx := context.Background()
-	// A product of its own with 4 GPUs, so the other tests' GPUs stay free; the
-	// node goes once the namespace is empty.
+	// A product of its own with 4 GPUs, so the other tests' GPUs stay free.
 	const product, gpus, replicas = "NVIDIA-STORM-TEST", 4, 200
-	var added []string
-	t.Cleanup(func() {
-		for _, n := range added {
-			_ = cluster.RemoveNode(context.Background(), n)
-		}
-	})
-	ns := newNamespace(t)
-	names, err := cluster.AddNodes(ctx, localcluster.NodePool{Name: "storm", Count: 1, GPUProduct: product, GPUCount: gpus,
-		CPU: resource.MustParse("96"), Memory: resource.MustParse("1Ti")})
-	added = names
-	g.Expect(err).NotTo(HaveOccurred())
+	ns, nodes := newNamespaceWithNodes(t)
+	g.Expect(nodes.add(localcluster.NodePool{Name: "storm", Count: 1, GPUProduct: product, GPUCount: gpus,
+		CPU: resource.MustParse("96"), Memory: resource.MustParse("1Ti")})).To(Succeed())
 	obj := inference(ns, "many-pending", 1, product)
 	obj.Spec.Replicas = ptr.To[int32](replicas)
 	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
@@ -302,8 +282,7 @@ func TestScaleRollAndDelete(t *testing.T) {
 // and another changed, and starts it again. On the solo cluster: it is the
 // only operator there.
 func TestOperatorRestartConverges(t *testing.T) {
-	e := soloCluster.get(t)
-	e.own(t)
+	e := soloCluster.own(t)
 	g := NewWithT(t)
 	ctx := context.Background()
 	operator := e.operator("restart", e.cluster.Kubeconfig())

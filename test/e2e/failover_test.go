@@ -27,8 +27,7 @@ import (
 // operators.
 func TestFailoverToTheStandbyReplica(t *testing.T) {
 	loadGate.own(t) // timed: not beside the chaos test
-	e := soloCluster.get(t)
-	e.own(t)
+	e := soloCluster.own(t)
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := e.newNamespace(t)

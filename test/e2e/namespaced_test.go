@@ -31,8 +31,7 @@ import (
 // watched namespace reaches Ready; one in another namespace is left alone. On
 // the solo cluster: no other operator reconciles either namespace.
 func TestNamespaceModeWithRolesOnly(t *testing.T) {
-	e := soloCluster.get(t)
-	e.own(t)
+	e := soloCluster.own(t)
 	g := NewWithT(t)
 	ctx := context.Background()
 	watched, elsewhere, home := e.newNamespace(t), e.newNamespace(t), e.newNamespace(t)

@@ -145,6 +145,18 @@ func realInference(t *testing.T, store *localcluster.ObjectStore, ns, name strin
 	}
 }
 
+// startRealNodeTest starts a test of one object on the real nodes: it shares
+// the cluster, is skipped unless the run asked for real nodes, holds room for
+// pods of its pods (reserveRealPods), and returns the test's gomega, the store
+// and realInference(name) in a namespace of its own, not created yet.
+func startRealNodeTest(t *testing.T, pods int64, name string) (*WithT, *localcluster.ObjectStore, *servingv1.AIInference) {
+	t.Helper()
+	shared.share(t)
+	store := needRealNode(t)
+	reserveRealPods(t, pods)
+	return NewWithT(t), store, realInference(t, store, newNamespace(t), name)
+}
+
 // servingPods are the pods of obj that are ready, with their IPs.
 func servingPods(g Gomega, obj *servingv1.AIInference) []corev1.Pod {
 	pods := &corev1.PodList{}
@@ -233,12 +245,7 @@ func engineURL(pod corev1.Pod) string {
 // 1. A full load: S3 to the cache volume to the engine to Ready, with the real
 // figures in status.
 func TestRealNodeFullLoad(t *testing.T) {
-	shared.share(t)
-	store := needRealNode(t)
-	reserveRealPods(t, 1)
-	g := NewWithT(t)
-	ns := newNamespace(t)
-	obj := realInference(t, store, ns, "tiny")
+	g, store, obj := startRealNodeTest(t, 1, "tiny")
 	begin := time.Now()
 	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
 	waitFor(t, g, obj, realReadyTimeout, beReady(1))
@@ -267,7 +274,7 @@ func TestRealNodeFullLoad(t *testing.T) {
 	// destination in its ConfigMap.
 	pods := oneServingPod(g, obj)
 	cm := &corev1.ConfigMap{}
-	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: obj.Name + "-loader"}, cm)).To(Succeed())
+	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: obj.Namespace, Name: obj.Name + "-loader"}, cm)).To(Succeed())
 	var config loadspec.Config
 	g.Expect(json.Unmarshal([]byte(cm.Data[loadspec.ConfigFileName]), &config)).To(Succeed())
 	httpClient := &http.Client{Timeout: 5 * time.Second}
@@ -294,12 +301,8 @@ func TestRealNodeFullLoad(t *testing.T) {
 // refuses within a second: an operator that sees the pod only after both still
 // reports the checksum mismatch, from the refusal's copy of the attempt record.
 func TestRealNodeCorruptionStopsDownloads(t *testing.T) {
-	store := needRealNode(t)
-	shared.share(t)
-	reserveRealPods(t, 1)
-	g := NewWithT(t)
+	g, store, obj := startRealNodeTest(t, 1, "corrupt")
 	ctx := context.Background()
-	ns := newNamespace(t)
 	const prefix = "corrupt-model/"
 	server := &s3test.Server{Endpoint: store.Endpoint, Root: store.Root, Client: store.Client}
 	for i, f := range s3test.ModelTree(2, 4<<20, 0, 0) {
@@ -312,7 +315,6 @@ func TestRealNodeCorruptionStopsDownloads(t *testing.T) {
 	data[len(data)/2] ^= 0xff
 	g.Expect(os.WriteFile(shard, data, 0o644)).To(Succeed())
 
-	obj := realInference(t, store, ns, "corrupt")
 	obj.Spec.Model.Source.S3.Prefix = prefix
 	obj.Spec.Model.Size = ptr.To(resource.MustParse("16Mi"))
 	obj.Spec.Loading.MaxRetries = ptr.To[int32](3)
@@ -359,13 +361,8 @@ func loaderRestarts(g Gomega, obj *servingv1.AIInference) int32 {
 // 3. A retryable failure, retried in place by the real kubelet and bounded; the
 // same scenario runs on the simulated kubelet (TestLoaderFailureRetriesThenFailsThenRecovers).
 func TestRealNodeRetryableFailureIsBounded(t *testing.T) {
-	shared.share(t)
-	store := needRealNode(t)
 	// Two pods: the fix rolls a new one out beside the failing one.
-	reserveRealPods(t, 2)
-	g := NewWithT(t)
-	ns := newNamespace(t)
-	obj := realInference(t, store, ns, "unreachable")
+	g, store, obj := startRealNodeTest(t, 2, "unreachable")
 	// Nothing listens there: every request fails with a retryable error, and the
 	// loader retries it within the attempt until loading.timeout (at its least)
 	// ends the attempt; without it, an attempt retries a refused connection for
@@ -386,12 +383,7 @@ func TestRealNodeRetryableFailureIsBounded(t *testing.T) {
 // 4. An engine that cannot start gives a crash-loop reason with its exit code and
 // the last line of its log.
 func TestRealNodeEngineThatCannotStart(t *testing.T) {
-	shared.share(t)
-	store := needRealNode(t)
-	reserveRealPods(t, 1)
-	g := NewWithT(t)
-	ns := newNamespace(t)
-	obj := realInference(t, store, ns, "bad-args")
+	g, _, obj := startRealNodeTest(t, 1, "bad-args")
 	obj.Spec.Engine.Args = append(obj.Spec.Engine.Args, "--no-such-flag")
 	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
 	waitFor(t, g, obj, realReadyTimeout, func(g Gomega, got *servingv1.AIInference) {
@@ -470,13 +462,8 @@ func describeServiceRoute(svc *corev1.Service) string {
 // carry an Idempotency-Key, so Go's transport sends such a request again, as a
 // client with retries does (see complete). Anything else fails the test.
 func TestRealNodeRollingUpdateDropsNoRequest(t *testing.T) {
-	shared.share(t)
-	store := needRealNode(t)
 	// Two pods: the new one starts beside the old one.
-	reserveRealPods(t, 2)
-	g := NewWithT(t)
-	ns := newNamespace(t)
-	obj := realInference(t, store, ns, "rolling")
+	g, _, obj := startRealNodeTest(t, 2, "rolling")
 	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
 	waitFor(t, g, obj, realReadyTimeout, beReady(1))
 	url := serviceURL(g, obj)
@@ -516,7 +503,7 @@ func TestRealNodeRollingUpdateDropsNoRequest(t *testing.T) {
 	waitFor(t, g, obj, realReadyTimeout, beReady(1))
 	g.Eventually(func(g Gomega) {
 		pods := &corev1.PodList{}
-		g.Expect(k8s.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
+		g.Expect(k8s.List(context.Background(), pods, client.InNamespace(obj.Namespace), client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
 		g.Expect(pods.Items).To(HaveLen(1), "the old pod is gone")
 	}).WithTimeout(time.Minute).Should(Succeed())
 	rollout := time.Since(begin)
@@ -530,12 +517,7 @@ func TestRealNodeRollingUpdateDropsNoRequest(t *testing.T) {
 // 7. The warm-up gate: an engine that answers its health checks but fails every
 // completion never becomes ready, and no traffic reaches it.
 func TestRealNodeWarmupGateHoldsABrokenEngine(t *testing.T) {
-	shared.share(t)
-	store := needRealNode(t)
-	reserveRealPods(t, 1)
-	g := NewWithT(t)
-	ns := newNamespace(t)
-	obj := realInference(t, store, ns, "broken")
+	g, _, obj := startRealNodeTest(t, 1, "broken")
 	obj.Spec.Engine.Args = append(obj.Spec.Engine.Args, "--failure-injection-rate=100", "--failure-types=server_error")
 	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
 	waitFor(t, g, obj, realReadyTimeout, func(g Gomega, got *servingv1.AIInference) {
@@ -543,7 +525,7 @@ func TestRealNodeWarmupGateHoldsABrokenEngine(t *testing.T) {
 	})
 	// The engine's health says yes; its completions say no, and so does the pod.
 	pods := &corev1.PodList{}
-	g.Expect(k8s.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
+	g.Expect(k8s.List(context.Background(), pods, client.InNamespace(obj.Namespace), client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
 	g.Expect(pods.Items).To(HaveLen(1))
 	pod := pods.Items[0]
 	httpClient := &http.Client{Timeout: 5 * time.Second}

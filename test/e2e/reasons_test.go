@@ -148,17 +148,8 @@ type reasonResult struct {
 func TestFailureReasons(t *testing.T) {
 	shared.share(t)
 	// The nodes go once every case's namespace is empty (their cleanups run
-	// before this one): a pod bound to a node that is gone waits for the pod
-	// garbage collector.
-	var nodes []string
-	t.Cleanup(func() {
-		for _, n := range nodes {
-			_ = cluster.RemoveNode(context.Background(), n)
-		}
-	})
-	names, err := cluster.AddNodes(context.Background(), reasonsPool)
-	nodes = names
-	if err != nil {
+	// before this one).
+	if err := newTestNodes(t).add(reasonsPool); err != nil {
 		t.Fatal(err)
 	}
 	runReasonCases(t, reasonCases(), func(_ *testing.T, ns, name string) *servingv1.AIInference {

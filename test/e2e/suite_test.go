@@ -286,6 +286,15 @@ type lazyEnv struct {
 	err  error
 }
 
+// own takes the cluster (started on the first call) for the test alone, as
+// env.own does.
+func (l *lazyEnv) own(t *testing.T) *env {
+	t.Helper()
+	e := l.get(t)
+	e.own(t)
+	return e
+}
+
 // get starts the cluster on the first call and returns it; the test fails if
 // it cannot start. The test runs in parallel with the others (parallel); it
 // then takes the cluster with own or share.
@@ -443,6 +452,37 @@ func freePort() (int, error) {
 // newNamespace gives a test its own namespace on the shared cluster; see
 // env.newNamespace.
 func newNamespace(t *testing.T) string { t.Helper(); return shared.newNamespace(t) }
+
+// testNodes are the nodes a test adds to the shared cluster, removed when the
+// test ends. Make them before the test's namespace: their cleanup then runs
+// once the namespace is empty (a pod bound to a node that is gone waits for the
+// pod garbage collector, 40 s and more).
+type testNodes struct{ names []string }
+
+func newTestNodes(t *testing.T) *testNodes {
+	nodes := &testNodes{}
+	t.Cleanup(func() {
+		for _, n := range nodes.names {
+			_ = cluster.RemoveNode(context.Background(), n)
+		}
+	})
+	return nodes
+}
+
+// newNamespaceWithNodes gives a test its own namespace on the shared cluster,
+// and the nodes it adds, which go once the namespace is empty.
+func newNamespaceWithNodes(t *testing.T) (string, *testNodes) {
+	t.Helper()
+	nodes := newTestNodes(t)
+	return newNamespace(t), nodes
+}
+
+// add adds a pool's nodes to the shared cluster.
+func (nodes *testNodes) add(pool localcluster.NodePool) error {
+	names, err := cluster.AddNodes(context.Background(), pool)
+	nodes.names = append(nodes.names, names...)
+	return err
+}
 
 // newNamespace gives a test its own namespace; on failure it dumps what is in
 // it, the events and the operators' logs.
