@@ -10,6 +10,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
 
@@ -86,4 +88,42 @@ func (in *AIInference) Backoff() time.Duration {
 		return b.Duration
 	}
 	return DefaultBackoff
+}
+
+// The rules for reading what the operator made. The reconciler, its metrics
+// and kubectl aii all decide "serves" and "Ready" by these, so they cannot
+// disagree.
+
+// PodServes is true when a model pod serves traffic: its engine passes its
+// readiness probe and its warm-up gate (engine.warmup), where it has one, has
+// seen the engine answer a completion.
+func PodServes(pod *corev1.Pod) bool {
+	engineReady, warmedUp := false, true
+	for _, cs := range pod.Status.InitContainerStatuses {
+		if cs.Name == WarmupContainerName {
+			warmedUp = cs.Ready
+		}
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == EngineContainerName {
+			engineReady = cs.Ready
+		}
+	}
+	return engineReady && warmedUp
+}
+
+// PodRunsTemplate is true when a pod was made from the given pod template
+// (the operator stamps each template with AnnotationTemplateHash).
+func PodRunsTemplate(pod *corev1.Pod, template *corev1.PodTemplateSpec) bool {
+	return pod.Annotations[AnnotationTemplateHash] == template.Annotations[AnnotationTemplateHash]
+}
+
+// ReadyFor is the Ready condition when it is True for the given generation,
+// and nil otherwise: a Ready of an earlier spec says nothing of this one.
+func (in *AIInferenceStatus) ReadyFor(generation int64) *metav1.Condition {
+	c := meta.FindStatusCondition(in.Conditions, ConditionReady)
+	if c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != generation {
+		return nil
+	}
+	return c
 }

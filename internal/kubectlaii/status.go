@@ -158,7 +158,7 @@ func (v *view) current(p *corev1.Pod) bool {
 	if v.deployment == nil {
 		return true
 	}
-	return p.Annotations[servingv1.AnnotationTemplateHash] == v.deployment.Spec.Template.Annotations[servingv1.AnnotationTemplateHash]
+	return servingv1.PodRunsTemplate(p, &v.deployment.Spec.Template)
 }
 
 func (e *env) status(name string) error {
@@ -196,10 +196,8 @@ func statusReport(v *view, now time.Time) StatusReport {
 		if n := v.nodes[p.Spec.NodeName]; n != nil {
 			rep.GPUProduct = n.Labels[servingv1.GPUProductLabel]
 		}
+		rep.Ready = servingv1.PodServes(p)
 		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				rep.Ready = true
-			}
 			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
 				rep.Node = "(unscheduled: " + c.Reason + ")"
 			}

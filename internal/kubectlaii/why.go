@@ -67,7 +67,7 @@ func (e *env) whyReport(v *view) (WhyReport, error) {
 		return r, nil
 	}
 	r.Reason, r.Message = ready.Reason, ready.Message
-	if ready.Status == metav1.ConditionTrue && ready.ObservedGeneration == obj.Generation {
+	if obj.Status.ReadyFor(obj.Generation) != nil {
 		r.Ready = true
 		x := reasons.Explain(ready.Reason)
 		r.Meaning, r.Fix = x.Meaning, "Nothing: it serves."
@@ -304,19 +304,19 @@ func (v *view) blockingPod(reason string) *corev1.Pod {
 		}
 	}
 	if f := v.obj.Status.LastFailure; f != nil {
-		if p := v.pod(f.Pod); p != nil && !podReady(p) && strings.Contains(v.readyMessage(), f.Pod) {
+		if p := v.pod(f.Pod); p != nil && !servingv1.PodServes(p) && strings.Contains(v.readyMessage(), f.Pod) {
 			return p
 		}
 	}
 	for i := range v.pods {
 		p := &v.pods[i]
-		if v.current(p) && !podReady(p) && strings.Contains(v.readyMessage(), p.Name) {
+		if v.current(p) && !servingv1.PodServes(p) && strings.Contains(v.readyMessage(), p.Name) {
 			return p
 		}
 	}
 	for i := range v.pods {
 		p := &v.pods[i]
-		if v.current(p) && !podReady(p) {
+		if v.current(p) && !servingv1.PodServes(p) {
 			return p
 		}
 	}
@@ -337,15 +337,6 @@ func (v *view) pod(name string) *corev1.Pod {
 		}
 	}
 	return nil
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func podLink(v *view, p *corev1.Pod) Link {

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
@@ -177,11 +176,10 @@ func baseline(pods []podView) map[string]int32 {
 
 // readySince is when the object last became Ready, if it is Ready for its spec.
 func readySince(obj *servingv1.AIInference) (time.Time, bool) {
-	c := meta.FindStatusCondition(obj.Status.Conditions, servingv1.ConditionReady)
-	if c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != obj.Generation {
-		return time.Time{}, false
+	if c := obj.Status.ReadyFor(obj.Generation); c != nil {
+		return c.LastTransitionTime.Time, true
 	}
-	return c.LastTransitionTime.Time, true
+	return time.Time{}, false
 }
 
 // failureOf is the status record of a pod's latest failed load.

@@ -588,12 +588,10 @@ func (r *Reconciler) planRollout(ctx context.Context, s *scope) {
 	if d := s.obs.deployment; d != nil {
 		in.stableRev = d.Spec.Template.Annotations[servingv1.AnnotationTemplateHash]
 		in.stableReady = d.Status.ReadyReplicas
-		want := ptr.Deref(d.Spec.Replicas, 1)
-		in.stableRolledOut = d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas == want &&
-			d.Status.Replicas == want && d.Status.AvailableReplicas >= want && d.Status.ReadyReplicas >= want
+		in.stableRolledOut = rolledOut(d, ptr.Deref(d.Spec.Replicas, 1))
 	}
 	for _, p := range s.obs.pods {
-		if p.Canary && p.Current && p.EngineReady && !p.WarmupPending {
+		if p.Canary && p.Current && p.Serves {
 			in.canaryReady++
 		}
 	}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
@@ -216,7 +215,7 @@ func (m *statusMetrics) record(obj *servingv1.AIInference, before, after *servin
 			mem.genSince = obj.CreationTimestamp.Time
 		}
 		// A spec already Ready before this pass was counted by an earlier run.
-		mem.readyCounted = isReadyFor(before, obj.Generation)
+		mem.readyCounted = before.ReadyFor(obj.Generation) != nil
 		mem.loadRetries = before.LoadRetries
 		if l := before.LastLoad; l != nil {
 			mem.lastLoad, mem.hasLoad = figuresOf(l), true
@@ -232,7 +231,7 @@ func (m *statusMetrics) record(obj *servingv1.AIInference, before, after *servin
 	if mem.generation != obj.Generation {
 		mem.generation, mem.genSince, mem.readyCounted = obj.Generation, now, false
 	}
-	if !mem.readyCounted && isReadyFor(after, obj.Generation) {
+	if !mem.readyCounted && after.ReadyFor(obj.Generation) != nil {
 		mem.readyCounted = true
 		if !mem.genSince.IsZero() {
 			mem.timeToReady = mem.timeToReady.observe(&timeToReadyBuckets, now.Sub(mem.genSince).Seconds())
@@ -294,12 +293,6 @@ func add(counts map[string]float64, key string, v float64) map[string]float64 {
 	}
 	counts[key] += v
 	return counts
-}
-
-// isReadyFor is true when status says the given generation is Ready.
-func isReadyFor(st *servingv1.AIInferenceStatus, generation int64) bool {
-	c := meta.FindStatusCondition(st.Conditions, servingv1.ConditionReady)
-	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == generation
 }
 
 // forget removes a deleted object's series.

@@ -25,6 +25,8 @@ type podView struct {
 	Canary bool
 	// Scheduled is true once the pod is bound to a node.
 	Scheduled bool
+	// Serves is true when the pod serves traffic (servingv1.PodServes).
+	Serves bool
 	// Unschedulable is the scheduler's explanation when it cannot place the pod,
 	// and UnschedulableSince when it first said so.
 	Unschedulable      string
@@ -113,6 +115,7 @@ func observePod(pod *corev1.Pod, templateHash string) podView {
 		Current:   pod.Annotations[servingv1.AnnotationTemplateHash] == templateHash,
 		Canary:    pod.Labels[servingv1.LabelTrack] == servingv1.TrackCanary,
 		Scheduled: pod.Spec.NodeName != "",
+		Serves:    servingv1.PodServes(pod),
 	}
 	for _, c := range pod.Status.Conditions {
 		switch {

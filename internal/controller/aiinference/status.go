@@ -68,10 +68,17 @@ type rollout struct {
 	createFailure, deadlineExceeded string
 }
 
+// rolledOut is kstatus's rule for a Deployment: it has seen its spec, and want
+// replicas run its template, all ready and available, and no others.
+func rolledOut(d *appsv1.Deployment, want int32) bool {
+	return d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas == want &&
+		d.Status.Replicas == want && d.Status.AvailableReplicas >= want && d.Status.ReadyReplicas >= want
+}
+
 func observeRollout(obj *servingv1.AIInference, obs observation, templateHash string) rollout {
 	ro := rollout{desired: obj.DesiredReplicas()}
 	for _, p := range obs.pods {
-		if p.Current && p.EngineReady && !p.WarmupPending {
+		if p.Current && p.Serves {
 			ro.currentReady++
 		}
 	}
@@ -91,9 +98,7 @@ func observeRollout(obj *servingv1.AIInference, obs observation, templateHash st
 			ro.updated += c.Status.UpdatedReplicas
 		}
 	}
-	ro.done = obs.canary == nil && current && !obs.childChanged && d.Status.ObservedGeneration >= d.Generation &&
-		ro.updated == ro.desired && d.Status.Replicas == ro.desired &&
-		d.Status.AvailableReplicas >= ro.desired && d.Status.ReadyReplicas >= ro.desired
+	ro.done = obs.canary == nil && current && !obs.childChanged && rolledOut(d, ro.desired)
 	for _, c := range d.Status.Conditions {
 		switch {
 		case c.Type == appsv1.DeploymentReplicaFailure && c.Status == corev1.ConditionTrue:
@@ -320,47 +325,16 @@ func waitingVerdict(obj *servingv1.AIInference, obs observation, loads loadAsses
 			}
 		}
 	}
-	for _, p := range current {
-		if p.StartFailure != "" {
-			v := waitingOn(servingv1.ReasonPodStartFailed, "pod %s cannot start: %s; check the image names, imagePullSecrets and referenced Secrets", p.Name, p.StartFailure)
-			v.failure = &servingv1.LoadFailure{Reason: servingv1.ReasonPodStartFailed, Message: p.StartFailure, Pod: p.Name}
-			return phase, v
-		}
-	}
-	for _, p := range current {
-		if p.EngineCrashLoop != "" {
-			v := waitingOn(servingv1.ReasonEngineCrashLooping, "pod %s: %s; check the engine's logs and engine.args", p.Name, p.EngineCrashLoop)
-			v.failure = &servingv1.LoadFailure{Reason: servingv1.ReasonEngineCrashLooping, Message: p.EngineCrashLoop, Pod: p.Name}
-			return phase, v
-		}
-	}
-	for _, p := range current {
-		if p.WarmupFailure != "" {
-			v := waitingOn(servingv1.ReasonWarmupFailed, "pod %s: %s; check the engine's logs and engine.args, or turn the gate off with engine.warmup.enabled: false", p.Name, p.WarmupFailure)
-			v.failure = &servingv1.LoadFailure{Reason: servingv1.ReasonWarmupFailed, Message: p.WarmupFailure, Pod: p.Name}
-			return phase, v
-		}
-	}
-	for _, p := range current {
-		if p.Unschedulable != "" {
-			v := waitingOn(servingv1.ReasonUnschedulable, "pod %s cannot be scheduled (%s needed): %s", p.Name, gpuSummary(obj.Spec.GPU), p.Unschedulable)
-			v.failure = &servingv1.LoadFailure{Reason: servingv1.ReasonUnschedulable, Message: p.Unschedulable, Pod: p.Name, Time: metav1.NewTime(p.UnschedulableSince)}
-			return phase, v
-		}
-	}
-	for _, p := range current {
-		if p.LoaderDone && !p.EngineReady {
-			return phase, waitingOn(servingv1.ReasonEngineStarting, "the model is loaded on pod %s and the engine is starting", p.Name)
-		}
-	}
-	for _, p := range current {
-		if p.LoaderDone && p.WarmupPending {
-			return phase, waitingOn(servingv1.ReasonWarmingUp, "the engine on pod %s answers its health checks; waiting for its first completion (engine.warmup)", p.Name)
-		}
-	}
-	for _, p := range current {
-		if !p.LoaderStarted.IsZero() {
-			return phase, waitingOn(servingv1.ReasonLoading, "pod %s is loading the model", p.Name)
+	for _, wait := range podWaits {
+		for _, p := range current {
+			if wait.holds(p) {
+				w := wait.wait(obj, p)
+				v := waitingOn(w.reason, "%s", w.message)
+				if w.failure != "" {
+					v.failure = &servingv1.LoadFailure{Reason: w.reason, Message: w.failure, Pod: p.Name, Time: metav1.NewTime(w.since)}
+				}
+				return phase, v
+			}
 		}
 	}
 	switch {
@@ -372,6 +346,55 @@ func waitingVerdict(obj *servingv1.AIInference, obs observation, loads loadAsses
 		return phase, waitingOn(servingv1.ReasonPartiallyAvailable, "waiting for the other replicas")
 	}
 	return phase, waitingOn(servingv1.ReasonPodsPending, "waiting for pods to be scheduled and started")
+}
+
+// podWait is what keeps one pod from serving: a reason, the message after the
+// replica counts, and for a failure the pod's own words and since when.
+type podWait struct {
+	reason, message, failure string
+	since                    time.Time
+}
+
+// podWaits are what can keep a current pod from serving, the most telling
+// first: the first that holds for any current pod is the verdict.
+var podWaits = []struct {
+	holds func(p podView) bool
+	wait  func(obj *servingv1.AIInference, p podView) podWait
+}{
+	{func(p podView) bool { return p.StartFailure != "" },
+		func(_ *servingv1.AIInference, p podView) podWait {
+			return podWait{reason: servingv1.ReasonPodStartFailed, failure: p.StartFailure,
+				message: fmt.Sprintf("pod %s cannot start: %s; check the image names, imagePullSecrets and referenced Secrets", p.Name, p.StartFailure)}
+		}},
+	{func(p podView) bool { return p.EngineCrashLoop != "" },
+		func(_ *servingv1.AIInference, p podView) podWait {
+			return podWait{reason: servingv1.ReasonEngineCrashLooping, failure: p.EngineCrashLoop,
+				message: fmt.Sprintf("pod %s: %s; check the engine's logs and engine.args", p.Name, p.EngineCrashLoop)}
+		}},
+	{func(p podView) bool { return p.WarmupFailure != "" },
+		func(_ *servingv1.AIInference, p podView) podWait {
+			return podWait{reason: servingv1.ReasonWarmupFailed, failure: p.WarmupFailure,
+				message: fmt.Sprintf("pod %s: %s; check the engine's logs and engine.args, or turn the gate off with engine.warmup.enabled: false", p.Name, p.WarmupFailure)}
+		}},
+	{func(p podView) bool { return p.Unschedulable != "" },
+		func(obj *servingv1.AIInference, p podView) podWait {
+			return podWait{reason: servingv1.ReasonUnschedulable, failure: p.Unschedulable, since: p.UnschedulableSince,
+				message: fmt.Sprintf("pod %s cannot be scheduled (%s needed): %s", p.Name, gpuSummary(obj.Spec.GPU), p.Unschedulable)}
+		}},
+	{func(p podView) bool { return p.LoaderDone && !p.EngineReady },
+		func(_ *servingv1.AIInference, p podView) podWait {
+			return podWait{reason: servingv1.ReasonEngineStarting,
+				message: fmt.Sprintf("the model is loaded on pod %s and the engine is starting", p.Name)}
+		}},
+	{func(p podView) bool { return p.LoaderDone && p.WarmupPending },
+		func(_ *servingv1.AIInference, p podView) podWait {
+			return podWait{reason: servingv1.ReasonWarmingUp,
+				message: fmt.Sprintf("the engine on pod %s answers its health checks; waiting for its first completion (engine.warmup)", p.Name)}
+		}},
+	{func(p podView) bool { return !p.LoaderStarted.IsZero() },
+		func(_ *servingv1.AIInference, p podView) podWait {
+			return podWait{reason: servingv1.ReasonLoading, message: fmt.Sprintf("pod %s is loading the model", p.Name)}
+		}},
 }
 
 // fixHint tells a person what to do about a permanent loader failure.
