@@ -108,177 +108,264 @@ type rolloutInput struct {
 }
 
 // planRollout advances a canary rollout by what was observed: it starts a canary
-// for a new revision, moves through the steps, rolls back or promotes.
+// for a new revision, moves through the steps, rolls back or promotes. Each
+// case is one transition of status.rollout, named by the method that makes it.
 func planRollout(in rolloutInput) rolloutPlan {
+	p := newRolloutPass(in)
+	switch st := p.st; {
+	case in.stableRev == "" || in.obj.DesiredReplicas() == 0:
+		p.applyDirectly()
+	case st.Phase == servingv1.RolloutPromoting && st.CanaryRevision == in.desiredRev:
+		p.promote()
+	case in.stableRev == in.desiredRev:
+		p.settle()
+	default:
+		p.runCanary()
+	}
+	return p.plan
+}
+
+// rolloutPass is one pass of the rollout machine: what it decides on, the
+// status it moves and the plan it builds.
+type rolloutPass struct {
+	in   rolloutInput
+	c    *servingv1.CanarySpec
+	st   *servingv1.RolloutStatus
+	plan rolloutPlan
+	// newAbort and newPromote are true for an annotation not handled before.
+	newAbort, newPromote bool
+}
+
+func newRolloutPass(in rolloutInput) *rolloutPass {
 	obj := in.obj
-	c := obj.Spec.Rollout.Canary
 	st := &servingv1.RolloutStatus{}
 	if obj.Status.Rollout != nil {
 		st = obj.Status.Rollout.DeepCopy()
 	}
-	plan := rolloutPlan{status: st, stableReplicas: obj.DesiredReplicas()}
-	decide := func(decision, message string) {
-		d := servingv1.RolloutDecision{Time: metav1.NewTime(in.now.Truncate(time.Second)), Decision: decision,
-			Revision: st.CanaryRevision, Step: st.Step, Weight: st.Weight, Message: message}
-		plan.decisions = append(plan.decisions, d)
-		st.History = append(st.History, d)
-		if n := len(st.History); n > maxHistory {
-			st.History = st.History[n-maxHistory:]
-		}
-	}
-	abort := obj.Annotations[servingv1.AnnotationAbort]
-	newAbort := abort != "" && abort != st.LastHandledAbort
-	promote := obj.Annotations[servingv1.AnnotationPromote]
-	newPromote := promote != "" && promote != st.LastHandledPromote
+	abort, promote := obj.Annotations[servingv1.AnnotationAbort], obj.Annotations[servingv1.AnnotationPromote]
+	p := &rolloutPass{in: in, c: obj.Spec.Rollout.Canary, st: st,
+		plan:     rolloutPlan{status: st, stableReplicas: obj.DesiredReplicas()},
+		newAbort: abort != "" && abort != st.LastHandledAbort, newPromote: promote != "" && promote != st.LastHandledPromote}
 	st.LastHandledAbort, st.LastHandledPromote = abort, promote
-	inProgress := st.Phase == servingv1.RolloutProgressing || st.Phase == servingv1.RolloutPaused || st.Phase == servingv1.RolloutInconclusive
+	return p
+}
 
-	switch {
-	case in.stableRev == "" || obj.DesiredReplicas() == 0:
-		// The first version has nothing to be compared with, and no replicas means
-		// no traffic to judge: the stable Deployment takes the spec directly.
-		st.StableRevision, st.Weight = in.desiredRev, 0
-		if inProgress && st.CanaryRevision != in.desiredRev {
-			decide(decisionSuperseded, "no stable replica to compare the canary with")
-			st.Phase = ""
-		}
-		return plan
-	case st.Phase == servingv1.RolloutPromoting && st.CanaryRevision == in.desiredRev:
-		if in.stableRev == in.desiredRev && in.stableRolledOut {
-			st.Phase, st.StableRevision, st.Weight, st.Message = servingv1.RolloutPromoted, in.desiredRev, 0, ""
-			decide(decisionPromoted, fmt.Sprintf("the stable pods run revision %s; the canary's pods are removed", in.desiredRev))
-			return plan
-		}
-		plan.stableReplicas = reducedStableReplicas(obj)
-		plan.canaryReplicas = canaryReplicaCount(c)
-		st.Weight = readyShare(in.canaryReady, in.stableReady)
-		st.Message = fmt.Sprintf("the stable pods take revision %s while the canary serves; traffic follows the ready replicas", in.desiredRev)
-		return plan
-	case in.stableRev == in.desiredRev:
-		// Nothing to roll out: the spec is what the stable pods run (possibly
-		// because it went back to it during a canary).
-		if inProgress || st.Phase == servingv1.RolloutPromoting {
-			decide(decisionSuperseded, fmt.Sprintf("the spec is back to the stable revision %s; the canary of %s is removed", in.desiredRev, st.CanaryRevision))
-			st.Phase = ""
-		}
-		st.StableRevision, st.Weight, st.Message, st.StepVerdicts = in.desiredRev, 0, "", nil
-		return plan
+// decide records a decision in status.rollout.history and for events.
+func (p *rolloutPass) decide(decision, message string) {
+	st := p.st
+	d := servingv1.RolloutDecision{Time: metav1.NewTime(p.in.now.Truncate(time.Second)), Decision: decision,
+		Revision: st.CanaryRevision, Step: st.Step, Weight: st.Weight, Message: message}
+	p.plan.decisions = append(p.plan.decisions, d)
+	st.History = append(st.History, d)
+	if n := len(st.History); n > maxHistory {
+		st.History = st.History[n-maxHistory:]
 	}
+}
 
-	// A revision other than the stable one is wanted.
-	retry := obj.Annotations[servingv1.AnnotationRequestedAt] != obj.Status.LastHandledRequestedAt
-	if st.CanaryRevision != in.desiredRev || (st.Phase == servingv1.RolloutRolledBack && retry) || st.Phase == "" || st.Phase == servingv1.RolloutPromoted {
-		if inProgress && st.CanaryRevision != in.desiredRev {
-			decide(decisionSuperseded, fmt.Sprintf("a newer spec (revision %s) replaces the canary of %s", in.desiredRev, st.CanaryRevision))
-		}
-		*st = servingv1.RolloutStatus{StableRevision: in.stableRev, CanaryRevision: in.desiredRev, Phase: servingv1.RolloutProgressing,
-			History: st.History, LastHandledAbort: abort, LastHandledPromote: promote}
-		newAbort, newPromote = false, false
-		decide(decisionCanaryStarted, fmt.Sprintf("revision %s starts as a canary of %d pods next to the stable revision %s", in.desiredRev, canaryReplicaCount(c), in.stableRev))
+// inProgress is true while a canary runs its steps.
+func (p *rolloutPass) inProgress() bool {
+	switch p.st.Phase {
+	case servingv1.RolloutProgressing, servingv1.RolloutPaused, servingv1.RolloutInconclusive:
+		return true
 	}
+	return false
+}
+
+// applyDirectly: the first version has nothing to be compared with, and no
+// replicas means no traffic to judge, so the stable Deployment takes the spec.
+func (p *rolloutPass) applyDirectly() {
+	st := p.st
+	st.StableRevision, st.Weight = p.in.desiredRev, 0
+	if p.inProgress() && st.CanaryRevision != p.in.desiredRev {
+		p.decide(decisionSuperseded, "no stable replica to compare the canary with")
+		st.Phase = ""
+	}
+}
+
+// promote: every step passed and the stable pods take the canary's revision,
+// traffic following the ready replicas; Promoted once they all run it.
+func (p *rolloutPass) promote() {
+	st, in := p.st, p.in
+	if in.stableRev == in.desiredRev && in.stableRolledOut {
+		st.Phase, st.StableRevision, st.Weight, st.Message = servingv1.RolloutPromoted, in.desiredRev, 0, ""
+		p.decide(decisionPromoted, fmt.Sprintf("the stable pods run revision %s; the canary's pods are removed", in.desiredRev))
+		return
+	}
+	p.runBothSets()
+	st.Weight = readyShare(in.canaryReady, in.stableReady)
+	st.Message = fmt.Sprintf("the stable pods take revision %s while the canary serves; traffic follows the ready replicas", in.desiredRev)
+}
+
+// settle: the spec is what the stable pods run (possibly because it went
+// back to it during a canary), so there is nothing to roll out.
+func (p *rolloutPass) settle() {
+	st, in := p.st, p.in
+	if p.inProgress() || st.Phase == servingv1.RolloutPromoting {
+		p.decide(decisionSuperseded, fmt.Sprintf("the spec is back to the stable revision %s; the canary of %s is removed", in.desiredRev, st.CanaryRevision))
+		st.Phase = ""
+	}
+	st.StableRevision, st.Weight, st.Message, st.StepVerdicts = in.desiredRev, 0, "", nil
+}
+
+// runBothSets sizes the stable and canary Deployments for a canary in progress.
+func (p *rolloutPass) runBothSets() {
+	p.plan.stableReplicas = reducedStableReplicas(p.in.obj)
+	p.plan.canaryReplicas = canaryReplicaCount(p.c)
+}
+
+// runCanary: a revision other than the stable one is wanted. It runs as a
+// canary through the steps until it is promoted or rolled back.
+func (p *rolloutPass) runCanary() {
+	st, in := p.st, p.in
+	p.startCanary()
 	st.StableRevision = in.stableRev
-	plan.keepStableTemplate = true
+	p.plan.keepStableTemplate = true
 	if st.Phase == servingv1.RolloutRolledBack {
 		st.Weight = 0
-		return plan
+		return
 	}
-	rollBack := func(decision, message string) rolloutPlan {
-		st.Weight = 0
-		decide(decision, message)
-		st.Phase, st.StepStartedAt, st.Message = servingv1.RolloutRolledBack, nil, message
-		plan.stableReplicas, plan.canaryReplicas = obj.DesiredReplicas(), 0
-		return plan
-	}
-	plan.stableReplicas = reducedStableReplicas(obj)
-	plan.canaryReplicas = canaryReplicaCount(c)
+	p.runBothSets()
 	switch {
-	case newAbort:
-		return rollBack(decisionAborted, "aborted by hand (annotation "+servingv1.AnnotationAbort+"); all traffic is back on the stable pods")
+	case p.newAbort:
+		p.rollBack(decisionAborted, "aborted by hand (annotation "+servingv1.AnnotationAbort+"); all traffic is back on the stable pods")
+		return
 	case in.loadsHalted != "":
-		return rollBack(decisionRolledBack, fmt.Sprintf("the canary's model loads stopped (%s); all traffic is back on the stable pods", in.loadsHalted))
+		p.rollBack(decisionRolledBack, fmt.Sprintf("the canary's model loads stopped (%s); all traffic is back on the stable pods", in.loadsHalted))
+		return
 	}
-	if st.StepStartedAt == nil {
-		if in.canaryReady < plan.canaryReplicas {
-			st.Message = fmt.Sprintf("waiting for the canary's pods: %d of %d ready", in.canaryReady, plan.canaryReplicas)
-			return plan
-		}
-		startStep(st, c, in.now)
-		decide(decisionStepStarted, fmt.Sprintf("step %d of %d: the canary takes %d%% of the traffic", st.Step+1, len(c.Steps), st.Weight))
+	if !p.stepStarted() || p.paused() {
+		return
 	}
+	if rolledBack := p.runStep(); rolledBack {
+		return
+	}
+	p.describe()
+}
 
-	switch paused := obj.Annotations[servingv1.AnnotationPaused] == "true"; {
+// startCanary starts a canary for a revision not yet tried, for one rolled back
+// and retried, or after the last rollout ended.
+func (p *rolloutPass) startCanary() {
+	st, in, obj := p.st, p.in, p.in.obj
+	retry := obj.Annotations[servingv1.AnnotationRequestedAt] != obj.Status.LastHandledRequestedAt
+	if st.CanaryRevision == in.desiredRev && !(st.Phase == servingv1.RolloutRolledBack && retry) && st.Phase != "" && st.Phase != servingv1.RolloutPromoted {
+		return
+	}
+	if p.inProgress() && st.CanaryRevision != in.desiredRev {
+		p.decide(decisionSuperseded, fmt.Sprintf("a newer spec (revision %s) replaces the canary of %s", in.desiredRev, st.CanaryRevision))
+	}
+	*st = servingv1.RolloutStatus{StableRevision: in.stableRev, CanaryRevision: in.desiredRev, Phase: servingv1.RolloutProgressing,
+		History: st.History, LastHandledAbort: st.LastHandledAbort, LastHandledPromote: st.LastHandledPromote}
+	p.newAbort, p.newPromote = false, false
+	p.decide(decisionCanaryStarted, fmt.Sprintf("revision %s starts as a canary of %d pods next to the stable revision %s", in.desiredRev, canaryReplicaCount(p.c), in.stableRev))
+}
+
+// rollBack sends all traffic back to the stable pods and removes the canary's.
+func (p *rolloutPass) rollBack(decision, message string) {
+	st := p.st
+	st.Weight = 0
+	p.decide(decision, message)
+	st.Phase, st.StepStartedAt, st.Message = servingv1.RolloutRolledBack, nil, message
+	p.plan.stableReplicas, p.plan.canaryReplicas = p.in.obj.DesiredReplicas(), 0
+}
+
+// stepStarted starts the first step once the canary's pods are all ready.
+func (p *rolloutPass) stepStarted() bool {
+	st := p.st
+	if st.StepStartedAt != nil {
+		return true
+	}
+	if p.in.canaryReady < p.plan.canaryReplicas {
+		st.Message = fmt.Sprintf("waiting for the canary's pods: %d of %d ready", p.in.canaryReady, p.plan.canaryReplicas)
+		return false
+	}
+	startStep(st, p.c, p.in.now)
+	p.decide(decisionStepStarted, fmt.Sprintf("step %d of %d: the canary takes %d%% of the traffic", st.Step+1, len(p.c.Steps), st.Weight))
+	return true
+}
+
+// paused follows the pause annotation: Paused while it is set, Progressing
+// again once it is gone.
+func (p *rolloutPass) paused() bool {
+	st := p.st
+	switch paused := p.in.obj.Annotations[servingv1.AnnotationPaused] == "true"; {
 	case paused && st.Phase != servingv1.RolloutPaused:
 		st.Phase = servingv1.RolloutPaused
-		decide(decisionPaused, "paused by hand (annotation "+servingv1.AnnotationPaused+")")
+		p.decide(decisionPaused, "paused by hand (annotation "+servingv1.AnnotationPaused+")")
 	case !paused && st.Phase == servingv1.RolloutPaused:
 		st.Phase = servingv1.RolloutProgressing
-		decide(decisionResumed, "resumed: the annotation "+servingv1.AnnotationPaused+" is gone")
+		p.decide(decisionResumed, "resumed: the annotation "+servingv1.AnnotationPaused+" is gone")
 	}
-	if st.Phase == servingv1.RolloutPaused {
-		st.Message = fmt.Sprintf("paused by hand at step %d of %d; remove the annotation %s to go on", st.Step+1, len(c.Steps), servingv1.AnnotationPaused)
-		return plan
+	if st.Phase != servingv1.RolloutPaused {
+		return false
 	}
+	st.Message = fmt.Sprintf("paused by hand at step %d of %d; remove the annotation %s to go on", st.Step+1, len(p.c.Steps), servingv1.AnnotationPaused)
+	return true
+}
 
-	advance := func(decision, message string) {
-		decide(decision, message)
-		st.Step++
-		st.StepVerdicts = nil
-		if int(st.Step) >= len(c.Steps) {
-			st.Phase, st.StepStartedAt = servingv1.RolloutPromoting, nil
-			decide(decisionPromoting, fmt.Sprintf("every step passed: the stable pods take revision %s", in.desiredRev))
-			return
+// runStep runs the current step: promoted by hand, a pause that ends, or an
+// analysis that passes, fails (rolledBack) or cannot judge.
+func (p *rolloutPass) runStep() (rolledBack bool) {
+	st := p.st
+	step := p.c.Steps[st.Step]
+	switch {
+	case p.newPromote:
+		p.advance(decisionPromotedStep, fmt.Sprintf("step %d promoted by hand (annotation %s)", st.Step+1, servingv1.AnnotationPromote))
+	case step.Pause != nil:
+		if step.Pause.Duration != nil && !p.in.now.Before(st.StepStartedAt.Add(step.Pause.Duration.Duration)) {
+			p.advance(decisionPauseEnded, fmt.Sprintf("the pause of step %d ended", st.Step+1))
 		}
-		st.Phase = servingv1.RolloutProgressing
-		startStep(st, c, in.now)
-		decide(decisionStepStarted, fmt.Sprintf("step %d of %d: the canary takes %d%% of the traffic", st.Step+1, len(c.Steps), st.Weight))
-	}
-	if newPromote {
-		advance(decisionPromotedStep, fmt.Sprintf("step %d promoted by hand (annotation %s)", st.Step+1, servingv1.AnnotationPromote))
-	} else {
-		step := c.Steps[st.Step]
-		switch {
-		case step.Pause != nil:
-			pauseStep(st, step.Pause, in.now, advance)
-		case step.Analysis != nil && st.Phase != servingv1.RolloutInconclusive:
-			var verdict servingv1.Verdict
-			verdict = analysisStep(st, step.Analysis, in, decide)
-			switch {
-			case verdict == servingv1.VerdictFail:
-				return rollBack(decisionRolledBack, fmt.Sprintf("analysis failed at step %d: %s; all traffic is back on the stable pods", st.Step+1, failedChecks(st.Analysis)))
-			case verdict == servingv1.VerdictInconclusive:
-				st.Phase = servingv1.RolloutInconclusive
-				decide(decisionInconclusive, fmt.Sprintf("analysis at step %d could not judge the canary (%s); promote or abort by hand", st.Step+1, failedChecks(st.Analysis)))
-			case verdict == servingv1.VerdictPass:
-				advance(decisionAnalysisPassed, fmt.Sprintf("analysis passed at step %d", st.Step+1))
-			}
+	case step.Analysis != nil && st.Phase != servingv1.RolloutInconclusive:
+		switch analysisStep(st, step.Analysis, p.in) {
+		case servingv1.VerdictFail:
+			p.rollBack(decisionRolledBack, fmt.Sprintf("analysis failed at step %d: %s; all traffic is back on the stable pods", st.Step+1, failedChecks(st.Analysis)))
+			return true
+		case servingv1.VerdictInconclusive:
+			st.Phase = servingv1.RolloutInconclusive
+			p.decide(decisionInconclusive, fmt.Sprintf("analysis at step %d could not judge the canary (%s); promote or abort by hand", st.Step+1, failedChecks(st.Analysis)))
+		case servingv1.VerdictPass:
+			p.advance(decisionAnalysisPassed, fmt.Sprintf("analysis passed at step %d", st.Step+1))
 		}
 	}
-	plan.requeue = nextDue(st, c, in.now)
+	return false
+}
+
+// advance ends the current step: the next one starts, or Promoting after the last.
+func (p *rolloutPass) advance(decision, message string) {
+	st := p.st
+	p.decide(decision, message)
+	st.Step++
+	st.StepVerdicts = nil
+	if int(st.Step) >= len(p.c.Steps) {
+		st.Phase, st.StepStartedAt = servingv1.RolloutPromoting, nil
+		p.decide(decisionPromoting, fmt.Sprintf("every step passed: the stable pods take revision %s", p.in.desiredRev))
+		return
+	}
+	st.Phase = servingv1.RolloutProgressing
+	startStep(st, p.c, p.in.now)
+	p.decide(decisionStepStarted, fmt.Sprintf("step %d of %d: the canary takes %d%% of the traffic", st.Step+1, len(p.c.Steps), st.Weight))
+}
+
+// describe sets when to look again and the message for the phase the pass ends in.
+func (p *rolloutPass) describe() {
+	st, in := p.st, p.in
+	p.plan.requeue = nextDue(st, p.c, in.now)
 	switch st.Phase {
 	case servingv1.RolloutProgressing:
-		st.Message = describeStep(st, c)
+		st.Message = describeStep(st, p.c)
 	case servingv1.RolloutPromoting:
-		plan.keepStableTemplate = false
+		p.plan.keepStableTemplate = false
 		st.Weight = readyShare(in.canaryReady, in.stableReady)
 		st.Message = fmt.Sprintf("every step passed; the stable pods take revision %s", in.desiredRev)
 	case servingv1.RolloutInconclusive:
 		st.Message = fmt.Sprintf("analysis at step %d could not judge the canary: %s; set the annotation %s to go on or %s to roll back",
 			st.Step+1, failedChecks(st.Analysis), servingv1.AnnotationPromote, servingv1.AnnotationAbort)
 	}
-	return plan
 }
 
 // startStep begins the current step: its weight applies from now.
 func startStep(st *servingv1.RolloutStatus, c *servingv1.CanarySpec, now time.Time) {
 	st.StepStartedAt = ptr.To(metav1.NewTime(now.Truncate(time.Second)))
 	st.Weight = c.Steps[st.Step].Weight
-}
-
-// pauseStep waits out a pause; without a duration it waits to be promoted.
-func pauseStep(st *servingv1.RolloutStatus, pause *servingv1.PauseStep, now time.Time, advance func(string, string)) {
-	if pause.Duration != nil && !now.Before(st.StepStartedAt.Add(pause.Duration.Duration)) {
-		advance(decisionPauseEnded, fmt.Sprintf("the pause of step %d ended", st.Step+1))
-	}
 }
 
 // describeStep says where the current step is and what it waits for.
@@ -343,7 +430,7 @@ func stepDue(st *servingv1.RolloutStatus, c *servingv1.CanarySpec) (time.Time, b
 // analysisStep runs the current step's analysis when a run is due and judges the
 // step: Pass once enough runs passed, Fail or Inconclusive past their limits, ""
 // while it goes on.
-func analysisStep(st *servingv1.RolloutStatus, a *servingv1.AnalysisStep, in rolloutInput, decide func(string, string)) servingv1.Verdict {
+func analysisStep(st *servingv1.RolloutStatus, a *servingv1.AnalysisStep, in rolloutInput) servingv1.Verdict {
 	interval := analysisInterval(a)
 	last := st.StepStartedAt.Time
 	if run := lastRunOfStep(st); run != nil {

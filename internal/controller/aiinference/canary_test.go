@@ -296,5 +296,4 @@ func TestGatewayTrafficWithoutTheGatewayAPIStalls(t *testing.T) {
 	if stalled == nil || stalled.Reason != servingv1.ReasonTrafficAPIMissing || !strings.Contains(stalled.Message, "install the Gateway API CRDs") {
 		t.Fatalf("Stalled: %+v; want TrafficAPIMissing saying what to install", stalled)
 	}
-	metricsState.forget(types.NamespacedName{Namespace: "no-gateway-api", Name: "canary"})
 }

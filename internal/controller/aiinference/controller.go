@@ -12,9 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -72,6 +70,8 @@ type Reconciler struct {
 	// verified remembers the Deployment generations known to hold the desired
 	// pod spec, which the cache does not keep.
 	verified verifiedGenerations
+	// readyReasons remembers the Ready reason of each object's last event.
+	readyReasons readyReasons
 }
 
 // scope is what one reconcile pass knows.
@@ -123,8 +123,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	obj := &servingv1.AIInference{}
 	if err := r.Get(ctx, req.NamespacedName, obj); err != nil {
 		if apierrors.IsNotFound(err) {
-			metricsState.forget(req.NamespacedName)
-			r.verified.forget(req.NamespacedName)
+			r.forget(req.NamespacedName)
 			span.SetAttributes(attrDecision.String("skipped"), attrWhy.String("the AIInference is gone"))
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -141,76 +140,48 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	span.SetAttributes(attrGeneration.Int64(obj.Generation))
 	if !obj.DeletionTimestamp.IsZero() {
 		// Children carry owner references; the garbage collector removes them.
-		metricsState.forget(req.NamespacedName)
+		r.forget(req.NamespacedName)
 		span.SetAttributes(attrDecision.String("skipped"), attrWhy.String("the AIInference is being deleted; the garbage collector removes its children"))
 		return ctrl.Result{}, nil
 	}
-	if msg := obj.DecodeError(); msg != "" {
-		// Stored in another form without conversion: say so, and touch nothing.
-		s := &scope{obj: obj, now: r.Now()}
-		s.obs.referenceProblem = &problem{servingv1.ReasonUndecodableSpec, msg + "; it was probably written as v1alpha1 while no conversion webhook ran. " +
-			"Apply the object again as " + servingv1.GroupVersion.String() + " (see docs/api-versions.md), or install the operator with its webhooks (config/default, or the chart's webhook.enabled)"}
-		span.SetAttributes(attrDecision.String("skipped"), attrWhy.String("the stored spec cannot be read"))
-		err := r.patchStatus(ctx, s)
-		if apierrors.IsInvalid(err) {
-			// The API server validates the whole object on a status write, and its
-			// spec fails the schema: an event is all that can carry the message,
-			// and retrying cannot help until someone applies the object again.
-			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, servingv1.ReasonUndecodableSpec, "Reconcile", "%s (its status cannot be written either: %v)", s.obs.referenceProblem.message, err)
-			return ctrl.Result{}, reconcile.TerminalError(err)
-		}
-		return ctrl.Result{}, err
-	}
-	eng, err := engine.For(obj.Spec.Engine.Type)
-	if err != nil {
-		// Admission only admits known engines; an unknown one cannot be fixed by retrying.
-		return ctrl.Result{}, reconcile.TerminalError(err)
-	}
-	s := &scope{obj: obj, now: r.Now(), engine: eng}
-
-	defer func() {
-		err := traced(ctx, "patchStatus", func(ctx context.Context) error { return r.patchStatus(ctx, s) })
-		if apierrors.IsConflict(err) {
-			// The pass started from a cached object older than the stored one:
-			// look again once the cache has it.
-			result, err = lowestRequeue(result, ctrl.Result{RequeueAfter: staleRequeue}), nil
-		}
-		if err != nil {
-			retErr = kerrors.NewAggregate([]error{retErr, err})
-		}
-	}()
-	result, err = r.reconcileSteps(ctx, s)
-	if err != nil {
-		// Shown in status, and the pass is retried with the controller's back-off.
-		s.obs.stepError = err
-	}
-	return result, err
+	s := &scope{obj: obj, now: r.Now()}
+	// A step's error is shown in status as well as returned.
+	s.obs.stepError = r.reconcileSteps(ctx, s)
+	statusErr := traced(ctx, "patchStatus", func(ctx context.Context) error { return r.patchStatus(ctx, s) })
+	return s.result(statusErr)
 }
 
-// reconcileSteps observes, then brings each child in line. A step that fails stops
-// the steps that depend on it: the Deployment names the ConfigMap's hash and the
-// cache claim, so it is not written while those are not.
-func (r *Reconciler) reconcileSteps(ctx context.Context, s *scope) (ctrl.Result, error) {
-	var result ctrl.Result
-	if msg := s.obj.NameProblem(); msg != "" {
-		// Admitted before admission refused such names: no child can take it, so
-		// none is written, and nothing but a new object can fix it.
-		s.obs.referenceProblem = &problem{servingv1.ReasonInvalidName, msg + "; create the AIInference again under a name that fits"}
-		skipped(ctx, "reconcileSteps", "the name cannot be given to the children")
-		return result, nil
+// forget drops what the operator remembers of an object that is gone.
+func (r *Reconciler) forget(key types.NamespacedName) {
+	metricsState.forget(key)
+	r.verified.forget(key)
+	r.readyReasons.forget(key)
+}
+
+// reconcileSteps reads the spec, observes, and brings each child in line. It
+// writes no child for a spec it cannot read, a name no child can take, or a
+// referenced object that is missing.
+func (r *Reconciler) reconcileSteps(ctx context.Context, s *scope) error {
+	if p := unusableObject(s.obj); p != nil {
+		s.obs.referenceProblem = p
+		skipped(ctx, "reconcileSteps", p.message)
+		return nil
 	}
-	err := traced(ctx, "checkReferences", func(ctx context.Context) (err error) {
-		result, err = r.checkReferences(ctx, s)
+	var err error
+	if s.engine, err = engine.For(s.obj.Spec.Engine.Type); err != nil {
+		return specError{err} // admission admits only known engines
+	}
+	if err := traced(ctx, "checkReferences", func(ctx context.Context) error {
+		err := r.checkReferences(ctx, s)
 		if p := s.obs.referenceProblem; p != nil {
 			trace.SpanFromContext(ctx).SetAttributes(attribute.String("problem", p.reason), attribute.String("problem.message", p.message))
 		}
 		return err
-	})
-	if err != nil {
-		return result, err
+	}); err != nil {
+		return err
 	}
 	if s.config, err = desiredConfig(s.obj); err != nil {
-		return result, reconcile.TerminalError(err)
+		return specError{err}
 	}
 	s.deployment = desiredDeployment(s.obj, s.engine, r.Options, hashOf(s.config))
 	s.templateHash = podTemplateHash(s.deployment)
@@ -219,17 +190,37 @@ func (r *Reconciler) reconcileSteps(ctx context.Context, s *scope) (ctrl.Result,
 		recordLoads(ctx, s)
 		return err
 	}); err != nil {
-		return result, err
+		return err
 	}
-	result = lowestRequeue(result, ctrl.Result{RequeueAfter: s.loads.requeue})
 	if isCanary(s.obj) && s.obs.podsSeen && s.obs.referenceProblem == nil {
 		_ = traced(ctx, "planRollout", func(ctx context.Context) error {
 			r.planRollout(ctx, s)
 			return nil
 		})
-		result = lowestRequeue(result, ctrl.Result{RequeueAfter: s.obs.rollout.requeue})
 	}
+	return r.writeChildren(ctx, s)
+}
 
+// unusableObject is the problem of an object no child can be made for, which
+// only a person can fix: a spec stored in another form without conversion, or
+// a name admitted before admission refused such names.
+func unusableObject(obj *servingv1.AIInference) *problem {
+	if msg := obj.DecodeError(); msg != "" {
+		return &problem{servingv1.ReasonUndecodableSpec, msg + "; it was probably written as v1alpha1 while no conversion webhook ran. " +
+			"Apply the object again as " + servingv1.GroupVersion.String() + " (see docs/api-versions.md), or install the operator with its webhooks (config/default, or the chart's webhook.enabled)"}
+	}
+	if msg := obj.NameProblem(); msg != "" {
+		return &problem{servingv1.ReasonInvalidName, msg + "; create the AIInference again under a name that fits"}
+	}
+	return nil
+}
+
+// writeChildren writes the children in two rounds. First, at once, what
+// depends on nothing: the loader's ConfigMap and the cache claim, the Service
+// and the traffic objects. Then the Deployment, which names the ConfigMap's
+// hash and the claim, and which is not written while a child's name is taken
+// (pods that no Service of theirs would reach would hold GPUs for nothing).
+func (r *Reconciler) writeChildren(ctx context.Context, s *scope) error {
 	var errs []error
 	var errsMu sync.Mutex
 	run := func(name string, step func(context.Context, *scope) error) error {
@@ -241,21 +232,11 @@ func (r *Reconciler) reconcileSteps(ctx context.Context, s *scope) (ctrl.Result,
 		}
 		return err
 	}
-	// Two rounds of writes. First, at once, what depends on nothing: the
-	// loader's ConfigMap and the cache claim, the Service and the traffic
-	// objects. Then the Deployment, which names the ConfigMap's hash and the
-	// claim, and which is not written while a child's name is taken (pods that
-	// no Service of theirs would reach would hold GPUs for nothing).
 	dependenciesOK := true
 	var writes sync.WaitGroup
 	writes.Go(func() {
-		for _, step := range []struct {
-			name string
-			fn   func(context.Context, *scope) error
-		}{{"reconcileConfigMap", r.reconcileConfigMap}, {"reconcileCachePVC", r.reconcileCachePVC}} {
-			if run(step.name, step.fn) != nil {
-				dependenciesOK = false
-			}
+		if run("reconcileConfigMap", r.reconcileConfigMap) != nil || run("reconcileCachePVC", r.reconcileCachePVC) != nil {
+			dependenciesOK = false
 		}
 	})
 	writes.Go(func() { _ = run("reconcileService", r.reconcileService) })
@@ -274,91 +255,64 @@ func (r *Reconciler) reconcileSteps(ctx context.Context, s *scope) (ctrl.Result,
 		_ = run("reconcileDeployment", r.reconcileDeployment)
 	}
 	_ = run("replacePods", r.replacePods)
-	if s.obs.nameConflict != nil {
-		// The operator does not watch objects it does not own: look again later.
-		result = lowestRequeue(result, ctrl.Result{RequeueAfter: waitingRequeue})
-	}
-	return result, kerrors.NewAggregate(errs)
+	return kerrors.NewAggregate(errs)
 }
 
-// lowestRequeue merges two results, keeping the soonest non-zero requeue.
-func lowestRequeue(a, b ctrl.Result) ctrl.Result {
+// specError is an error no retry can mend: only a new spec can.
+type specError struct{ error }
+
+func (e specError) Unwrap() error { return e.error }
+
+// unwatchedReasons are the problems whose cause the operator does not watch (a
+// user's PVC, a CRD, an object it does not own holding a child's name): the
+// object is looked at again after waitingRequeue.
+var unwatchedReasons = map[string]bool{
+	servingv1.ReasonPVCNotFound: true, servingv1.ReasonTrafficAPIMissing: true, servingv1.ReasonNameConflict: true,
+}
+
+// result turns what a pass met into its result, in one place: an error is
+// retried with the controller's back-off unless no retry can mend it; without
+// one, the pass asks for the soonest look again that something it saw needs.
+func (s *scope) result(statusErr error) (ctrl.Result, error) {
+	// A status write that met a newer object than the cached one the pass
+	// started from: look again once the cache has it.
+	stale := apierrors.IsConflict(statusErr)
+	if stale {
+		statusErr = nil
+	}
+	err := kerrors.NewAggregate([]error{s.obs.stepError, statusErr})
+	var spec specError
 	switch {
-	case a.RequeueAfter == 0:
-		return b
-	case b.RequeueAfter == 0 || a.RequeueAfter < b.RequeueAfter:
-		return a
+	case errors.As(s.obs.stepError, &spec):
+		return ctrl.Result{}, reconcile.TerminalError(err)
+	case apierrors.IsInvalid(statusErr):
+		// The API server validates the whole object on a status write: when it
+		// refuses it, only a new write of the object can help (see patchStatus).
+		return ctrl.Result{}, reconcile.TerminalError(err)
+	case err != nil:
+		return ctrl.Result{}, err
 	}
-	return b
-}
-
-// patchStatus derives the status from this pass's observations and writes it only
-// when it changed, with an event when the Ready reason changes.
-func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
-	obj := s.obj
-	status := computeStatus(obj, s.obs, s.loads, s.now)
-	recordStatus(ctx, &obj.Status, &status)
-	if equality.Semantic.DeepEqual(obj.Status, status) {
-		metricsState.record(obj, &status, &status, s.now)
-		return nil
-	}
-	after := meta.FindStatusCondition(status.Conditions, servingv1.ConditionReady)
-
-	original := obj.DeepCopy()
-	obj.Status = status
-	// A merge patch carries only what differs from the object the pass started
-	// from. When the cache had not yet seen the last pass's status write, a field
-	// this pass sets back to its older value would be left out, and the last
-	// pass's value would stay (Ready saying SecretNotFound, the phase still
-	// Loading): the resourceVersion in the patch makes the API server refuse it
-	// then, and the pass is run again (see Reconcile).
-	if err := r.Status().Patch(ctx, obj, client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})); err != nil {
-		if errors.Is(err, context.Canceled) {
-			return nil
-		}
-		return client.IgnoreNotFound(err)
-	}
-	readyReasonMoved := metricsState.record(obj, &original.Status, &status, s.now)
+	soonest := s.loads.requeue
 	if s.obs.rollout != nil {
-		for _, d := range s.obs.rollout.decisions {
-			eventType := corev1.EventTypeNormal
-			if warningDecisions[d.Decision] {
-				eventType = corev1.EventTypeWarning
-			}
-			r.Recorder.Eventf(obj, nil, eventType, d.Decision, "Rollout", "Revision %s, step %d, canary weight %d%%: %s", d.Revision, d.Step+1, d.Weight, d.Message)
-		}
-		metricsState.countDecisions(client.ObjectKeyFromObject(obj), s.obs.rollout.decisions)
+		soonest = soonestOf(soonest, s.obs.rollout.requeue)
 	}
-	// One event per change of the Ready reason, counted against what this
-	// process last saw rather than the cached status the pass started from.
-	if readyReasonMoved {
-		eventType := corev1.EventTypeNormal
-		if warningReasons[after.Reason] {
-			eventType = corev1.EventTypeWarning
+	for _, p := range []*problem{s.obs.referenceProblem, s.obs.nameConflict} {
+		if p != nil && unwatchedReasons[p.reason] {
+			soonest = soonestOf(soonest, waitingRequeue)
 		}
-		r.Recorder.Eventf(obj, nil, eventType, after.Reason, "Reconcile", "%s", after.Message)
 	}
-	return nil
+	if stale {
+		soonest = soonestOf(soonest, staleRequeue)
+	}
+	return ctrl.Result{RequeueAfter: soonest}, nil
 }
 
-// warningReasons are the Ready reasons that need a person's attention.
-var warningReasons = map[string]bool{
-	servingv1.ReasonLoadFailed:               true,
-	servingv1.ReasonRetriesExhausted:         true,
-	servingv1.ReasonRetryingLoad:             true,
-	servingv1.ReasonEngineCrashLooping:       true,
-	servingv1.ReasonWarmupFailed:             true,
-	servingv1.ReasonPodStartFailed:           true,
-	servingv1.ReasonUnschedulable:            true,
-	servingv1.ReasonSecretNotFound:           true,
-	servingv1.ReasonSecretKeyMissing:         true,
-	servingv1.ReasonPVCNotFound:              true,
-	servingv1.ReasonNameConflict:             true,
-	servingv1.ReasonInvalidName:              true,
-	servingv1.ReasonUndecodableSpec:          true,
-	servingv1.ReasonReconcileError:           true,
-	servingv1.ReasonPodCreateFailed:          true,
-	servingv1.ReasonProgressDeadlineExceeded: true,
+// soonestOf is the sooner of two looks again; 0 is none.
+func soonestOf(a, b time.Duration) time.Duration {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
 }
 
 // SetupWithManager registers the controller, reconciling up to concurrency

@@ -196,11 +196,10 @@ type loadFigures struct {
 }
 
 // record sets obj's metrics from the status this pass computed; before is the
-// status the pass started from. It says whether the Ready reason moved from the
-// one last recorded: a pass that started from a cached status older than the
-// one the previous pass wrote computes the same change again, and is not a new
-// change (no second event, no second count).
-func (m *statusMetrics) record(obj *servingv1.AIInference, before, after *servingv1.AIInferenceStatus, now time.Time) (readyReasonMoved bool) {
+// status the pass started from. Counts are of changes from what was last
+// recorded: a pass that started from a cached status older than the one the
+// previous pass wrote computes the same change again, and is not a new change.
+func (m *statusMetrics) record(obj *servingv1.AIInference, before, after *servingv1.AIInferenceStatus, now time.Time) {
 	key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -242,7 +241,6 @@ func (m *statusMetrics) record(obj *servingv1.AIInference, before, after *servin
 			mem.failuresTotal = add(mem.failuresTotal, c.Reason, 1)
 		}
 		mem.readyReason = c.Reason
-		readyReasonMoved = true
 	}
 	mem.desired, mem.ready, mem.updated = obj.DesiredReplicas(), after.ReadyReplicas, after.UpdatedReplicas
 	mem.loadingTimeout = obj.LoadTimeout()
@@ -262,7 +260,6 @@ func (m *statusMetrics) record(obj *servingv1.AIInference, before, after *servin
 		}
 		mem.lastLoad, mem.hasLoad = load, true
 	}
-	return readyReasonMoved
 }
 
 // countDecisions counts the rollout decisions a pass took, after record has seen

@@ -41,10 +41,10 @@ func TestStatusMetrics(t *testing.T) {
 	loading.LoadRetries = 1
 	loading.LastFailure = &servingv1.LoadFailure{Reason: "TransientError", Pod: "llm-abc"}
 	loading.Conditions = []metav1.Condition{readyCond(metav1.ConditionFalse, servingv1.ReasonRetryingLoad, 1, now.Add(-time.Minute))}
-	g.Expect(m.record(obj, &pending, &loading, now.Add(-time.Minute))).To(BeTrue(), "Ready's reason moved: an event")
+	m.record(obj, &pending, &loading, now.Add(-time.Minute))
 	// The next pass starts from a cache that has not seen that write yet: the same
-	// change is not counted twice, nor is its event made twice.
-	g.Expect(m.record(obj, &pending, &loading, now.Add(-time.Minute))).To(BeFalse(), "the same change again from a stale cache: no second event")
+	// change is not counted twice.
+	m.record(obj, &pending, &loading, now.Add(-time.Minute))
 
 	ready := *loading.DeepCopy()
 	ready.Phase, ready.ReadyReplicas, ready.UpdatedReplicas = servingv1.PhaseReady, 2, 2

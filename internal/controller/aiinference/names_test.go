@@ -23,7 +23,7 @@ func TestANameNoChildCanTakeStallsWithoutWrites(t *testing.T) {
 		obj := sampleInference()
 		obj.Name = name
 		s := &scope{obj: obj, now: now}
-		if _, err := (&Reconciler{}).reconcileSteps(context.Background(), s); err != nil {
+		if err := (&Reconciler{}).reconcileSteps(context.Background(), s); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		st := computeStatus(obj, s.obs, s.loads, now)

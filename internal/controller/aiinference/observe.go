@@ -2,18 +2,81 @@ package aiinference
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/loadspec"
 )
+
+// observe reads the Deployment and the pods, and judges the loads. A pod list that
+// fails leaves the pod-derived status as it was (see observation.podsSeen).
+func (r *Reconciler) observe(ctx context.Context, s *scope) error {
+	key := client.ObjectKey{Namespace: s.obj.Namespace, Name: s.obj.Name}
+	d := &appsv1.Deployment{}
+	err := r.Get(ctx, key, d)
+	if err == nil && isCanary(s.obj) && podSpecDropped(d) {
+		// A canary rollout keeps the stable pods' template as it runs, which the
+		// cache does not hold in full.
+		err = r.APIReader.Get(ctx, key, d)
+	}
+	if err == nil && metav1.IsControlledBy(d, s.obj) {
+		s.obs.deployment = d
+	} else if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("reading Deployment %s: %w", s.obj.Name, err)
+	}
+	canary := &appsv1.Deployment{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: s.obj.Namespace, Name: canaryName(s.obj)}, canary); err == nil && metav1.IsControlledBy(canary, s.obj) {
+		s.obs.canary = canary
+	} else if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("reading Deployment %s: %w", canaryName(s.obj), err)
+	}
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.InNamespace(s.obj.Namespace), client.MatchingLabels(selectorLabels(s.obj))); err != nil {
+		s.loads = keptAssessment(s.obj)
+		return fmt.Errorf("listing pods: %w", err)
+	}
+	s.obs.podsSeen = true
+	s.obs.pods = observePods(pods.Items, s.templateHash)
+	r.readCrashLogs(ctx, s)
+	s.loads = assessLoads(s.obj, s.obs.pods, s.templateHash, s.now)
+	return nil
+}
+
+// readCrashLogs adds the last log line of each current crash-looping engine whose
+// exit left no message. It only costs a request while an engine crash-loops; a
+// log that cannot be read (the node is gone) leaves the message as it was.
+func (r *Reconciler) readCrashLogs(ctx context.Context, s *scope) {
+	if r.Logs == nil {
+		return
+	}
+	for i := range s.obs.pods {
+		p := &s.obs.pods[i]
+		if !p.Current || !p.EngineLogWanted {
+			continue
+		}
+		line, err := r.Logs.LastLine(ctx, s.obj.Namespace, p.Name, servingv1.EngineContainerName)
+		if err != nil {
+			ctrl.LoggerFrom(ctx).V(1).Info("Reading a crash-looping engine's log", "pod", klog.KRef(s.obj.Namespace, p.Name), "error", err.Error())
+			continue
+		}
+		if line != "" {
+			p.EngineCrashLoop += "; last log line" + suffix(line)
+		}
+	}
+}
 
 // podView is what one reconcile pass needs to know about a pod.
 type podView struct {
