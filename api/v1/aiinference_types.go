@@ -17,6 +17,9 @@ import (
 // +kubebuilder:validation:XValidation:rule="self.engine.type != 'TGI' || !has(self.rollout) || !has(self.rollout.canary) || self.rollout.canary.steps.all(s, !has(s.analysis) || s.analysis.checks.all(c, !has(c.metric) || c.metric != 'TimeToFirstToken'))",message="TGI exports no time-to-first-token metric: use metric EndToEndLatency or InterTokenLatency, or a query over tgi_request_queue_duration and tgi_batch_inference_duration, instead of TimeToFirstToken"
 // +kubebuilder:validation:XValidation:rule="self.engine.type != 'Triton' || !has(self.rollout) || !has(self.rollout.canary) || self.rollout.canary.steps.all(s, !has(s.analysis) || s.analysis.checks.all(c, !has(c.metric) || c.metric != 'InterTokenLatency'))",message="Triton exports no inter-token latency metric: use metric TimeToFirstToken or EndToEndLatency, or a query over your backend's own metrics, instead of InterTokenLatency"
 // +kubebuilder:validation:XValidation:rule="!has(self.cache) || self.cache.type != 'Memory' || !has(self.model.size) || quantity(string(self.model.size)).compareTo(quantity('64Gi')) <= 0",message="cache.type Memory keeps the weights in RAM and is only for models up to 64Gi; use cache.type Disk or PVC for a model of this size"
+// +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || !has(self.rollout) || self.rollout.strategy != 'Canary'",message="autoscaling and rollout.strategy Canary cannot be combined yet: the canary's share is sized from a fixed replica count; use the Rolling strategy with autoscaling, or remove autoscaling"
+// +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || self.engine.type == 'vLLM' || !has(self.autoscaling.targets.kvCacheUtilization)",message="autoscaling.targets.kvCacheUtilization needs vLLM's vllm:kv_cache_usage_perc; TGI and Triton export no KV-cache utilisation: use queueDepth (or runningRequests with TGI)"
+// +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || self.engine.type != 'Triton' || !has(self.autoscaling.targets.runningRequests)",message="autoscaling.targets.runningRequests: Triton exports no gauge of running requests: use queueDepth (nv_inference_pending_request_count)"
 type AIInferenceSpec struct {
 	// Model says which model to serve and where its weights are.
 	Model ModelSpec `json:"model"`
@@ -76,6 +79,12 @@ type AIInferenceSpec struct {
 	// default) or Canary.
 	// +optional
 	Rollout *RolloutSpec `json:"rollout,omitempty"`
+
+	// Autoscaling lets the operator set the replica count from the engine's
+	// load signals, between its minReplicas and maxReplicas; spec.replicas is
+	// then only the count to start from.
+	// +optional
+	Autoscaling *AutoscalingSpec `json:"autoscaling,omitempty"`
 }
 
 // PodMetadata are extra labels and annotations for the pods.
@@ -495,6 +504,10 @@ type AIInferenceStatus struct {
 	// Rollout is the state of a canary rollout (rollout.strategy Canary).
 	// +optional
 	Rollout *RolloutStatus `json:"rollout,omitempty"`
+
+	// Autoscaling is the autoscaler's view (spec.autoscaling).
+	// +optional
+	Autoscaling *AutoscalingStatus `json:"autoscaling,omitempty"`
 
 	// Conditions: Ready (always), Reconciling and Stalled (kstatus, only when True),
 	// ModelLoaded and Available.

@@ -64,10 +64,42 @@ const (
 	DefaultLoadTimeout = 30 * time.Minute
 	DefaultMaxRetries  = 3
 	DefaultBackoff     = 30 * time.Second
+
+	DefaultMinReplicas     = 1
+	DefaultScaleUpWindow   = 0 * time.Second
+	DefaultScaleDownWindow = 5 * time.Minute
 )
 
-// DesiredReplicas is the replica count asked for, with its default.
-func (in *AIInference) DesiredReplicas() int32 { return ptr.Deref(in.Spec.Replicas, DefaultReplicas) }
+// DesiredReplicas is the replica count asked for, with its default. With
+// autoscaling it is the count the autoscaler last set (spec.replicas before
+// its first decision), within the spec's current bounds.
+func (in *AIInference) DesiredReplicas() int32 {
+	replicas := ptr.Deref(in.Spec.Replicas, DefaultReplicas)
+	a := in.Spec.Autoscaling
+	if a == nil {
+		return replicas
+	}
+	if s := in.Status.Autoscaling; s != nil {
+		replicas = s.DesiredReplicas
+	}
+	return min(max(replicas, a.Min()), a.MaxReplicas)
+}
+
+// Min is the autoscaler's lowest count, with its default.
+func (a *AutoscalingSpec) Min() int32 { return ptr.Deref(a.MinReplicas, DefaultMinReplicas) }
+
+// StabilizationWindows are how long a change up and a change down must be
+// agreed on, with their defaults.
+func (a *AutoscalingSpec) StabilizationWindows() (up, down time.Duration) {
+	up, down = DefaultScaleUpWindow, DefaultScaleDownWindow
+	if a.ScaleUp != nil && a.ScaleUp.StabilizationWindow != nil {
+		up = a.ScaleUp.StabilizationWindow.Duration
+	}
+	if a.ScaleDown != nil && a.ScaleDown.StabilizationWindow != nil {
+		down = a.ScaleDown.StabilizationWindow.Duration
+	}
+	return up, down
+}
 
 // LoadTimeout bounds each stage of a load attempt, with its default.
 func (in *AIInference) LoadTimeout() time.Duration {

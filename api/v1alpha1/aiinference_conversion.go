@@ -60,21 +60,23 @@ type v1Fields struct {
 	EngineSecurity   *corev1.SecurityContext       `json:"engineSecurityContext,omitempty"`
 	Warmup           *servingv1.WarmupSpec         `json:"warmup,omitempty"`
 	Rollout          *servingv1.RolloutSpec        `json:"rollout,omitempty"`
+	Autoscaling      *servingv1.AutoscalingSpec    `json:"autoscaling,omitempty"`
 	Status           *v1StatusFields               `json:"status,omitempty"`
 }
 
 // v1StatusFields is the v1 status that v1alpha1 has no place for.
 type v1StatusFields struct {
-	Ready       string                   `json:"ready,omitempty"`
-	GPU         string                   `json:"gpu,omitempty"`
-	ModelLoaded bool                     `json:"modelLoaded,omitempty"`
-	LoadRetries int32                    `json:"loadRetries,omitempty"`
-	LastLoad    *servingv1.LoadReport    `json:"lastLoad,omitempty"`
-	LastFailure *servingv1.LoadFailure   `json:"lastFailure,omitempty"`
-	Updated     int32                    `json:"updatedReplicas,omitempty"`
-	LoadBudget  *servingv1.LoadBudget    `json:"loadBudget,omitempty"`
-	RequestedAt string                   `json:"lastHandledRequestedAt,omitempty"`
-	Rollout     *servingv1.RolloutStatus `json:"rollout,omitempty"`
+	Ready       string                       `json:"ready,omitempty"`
+	GPU         string                       `json:"gpu,omitempty"`
+	ModelLoaded bool                         `json:"modelLoaded,omitempty"`
+	LoadRetries int32                        `json:"loadRetries,omitempty"`
+	LastLoad    *servingv1.LoadReport        `json:"lastLoad,omitempty"`
+	LastFailure *servingv1.LoadFailure       `json:"lastFailure,omitempty"`
+	Updated     int32                        `json:"updatedReplicas,omitempty"`
+	LoadBudget  *servingv1.LoadBudget        `json:"loadBudget,omitempty"`
+	RequestedAt string                       `json:"lastHandledRequestedAt,omitempty"`
+	Rollout     *servingv1.RolloutStatus     `json:"rollout,omitempty"`
+	Autoscaling *servingv1.AutoscalingStatus `json:"autoscaling,omitempty"`
 }
 
 // modelLocation is how v1alpha1 says where the model is.
@@ -148,6 +150,7 @@ func (src *AIInference) ConvertTo(dstRaw conversion.Hub) error {
 	dst.Spec.Engine.SecurityContext = saved.EngineSecurity.DeepCopy()
 	dst.Spec.Engine.Warmup = saved.Warmup.DeepCopy()
 	dst.Spec.Rollout = saved.Rollout.DeepCopy()
+	dst.Spec.Autoscaling = saved.Autoscaling.DeepCopy()
 	if len(dst.Spec.ImagePullSecrets) == 0 {
 		dst.Spec.ImagePullSecrets = nil
 	}
@@ -172,6 +175,7 @@ func (src *AIInference) ConvertTo(dstRaw conversion.Hub) error {
 		dst.Status.LoadBudget = ss.LoadBudget.DeepCopy()
 		dst.Status.LastHandledRequestedAt = ss.RequestedAt
 		dst.Status.Rollout = ss.Rollout.DeepCopy()
+		dst.Status.Autoscaling = ss.Autoscaling.DeepCopy()
 	}
 	return nil
 }
@@ -205,6 +209,7 @@ func (dst *AIInference) ConvertFrom(srcRaw conversion.Hub) error {
 		EngineSecurity:   s.Engine.SecurityContext.DeepCopy(),
 		Warmup:           s.Engine.Warmup.DeepCopy(),
 		Rollout:          s.Rollout.DeepCopy(),
+		Autoscaling:      s.Autoscaling.DeepCopy(),
 	}
 	if !equality.Semantic.DeepEqual(sourceFromLocation(loc), s.Model.Source) {
 		lost.Source = s.Model.Source.DeepCopy()
@@ -254,7 +259,7 @@ func (dst *AIInference) ConvertFrom(srcRaw conversion.Hub) error {
 		Ready: st.Ready, GPU: st.GPU, ModelLoaded: st.ModelLoaded, LoadRetries: st.LoadRetries,
 		LastLoad: st.LastLoad.DeepCopy(), LastFailure: st.LastFailure.DeepCopy(),
 		Updated: st.UpdatedReplicas, LoadBudget: st.LoadBudget.DeepCopy(), RequestedAt: st.LastHandledRequestedAt,
-		Rollout: st.Rollout.DeepCopy(),
+		Rollout: st.Rollout.DeepCopy(), Autoscaling: st.Autoscaling.DeepCopy(),
 	}
 	if !equality.Semantic.DeepEqual(statusLost, v1StatusFields{}) {
 		lost.Status = &statusLost

@@ -45,6 +45,9 @@ type Engine interface {
 	// WarmupAPI is how the warm-up gate asks the engine for a completion; empty
 	// when the engine has no completions API to ask.
 	WarmupAPI() warmup.API
+	// SignalMetrics are the /metrics gauges that carry an autoscaling signal,
+	// the first one exported wins; none when the engine exports no such gauge.
+	SignalMetrics(s servingv1.AutoscalingSignal) []string
 }
 
 var engines = map[servingv1.EngineType]Engine{

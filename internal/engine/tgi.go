@@ -3,6 +3,7 @@ package engine
 import (
 	"strconv"
 
+	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/warmup"
 )
 
@@ -49,3 +50,12 @@ func (tgi) Args(p Params) []string {
 
 // MetricsPort: the router serves /metrics on its HTTP port too.
 func (tgi) MetricsPort() int32 { return 0 }
+
+// SignalMetrics: the router's queue and the size of the batch it runs; TGI
+// exports no KV-cache utilisation.
+func (tgi) SignalMetrics(s servingv1.AutoscalingSignal) []string {
+	return map[servingv1.AutoscalingSignal][]string{
+		servingv1.SignalQueueDepth:      {"tgi_queue_size"},
+		servingv1.SignalRunningRequests: {"tgi_batch_current_size"},
+	}[s]
+}

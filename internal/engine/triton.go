@@ -3,6 +3,7 @@ package engine
 import (
 	"strconv"
 
+	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/warmup"
 )
 
@@ -60,3 +61,13 @@ func (triton) Args(p Params) []string {
 
 // MetricsPort: tritonserver serves /metrics on its own port.
 func (triton) MetricsPort() int32 { return 8002 }
+
+// SignalMetrics: Triton's pending requests, per model; it exports no gauge of
+// running requests nor of KV-cache use (a TensorRT-LLM backend's own metrics
+// are the backend's, not Triton's).
+func (triton) SignalMetrics(s servingv1.AutoscalingSignal) []string {
+	if s == servingv1.SignalQueueDepth {
+		return []string{"nv_inference_pending_request_count"}
+	}
+	return nil
+}

@@ -3,6 +3,7 @@ package engine
 import (
 	"strconv"
 
+	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/warmup"
 )
 
@@ -52,3 +53,13 @@ func (vllm) Args(p Params) []string {
 
 // MetricsPort: /metrics is on the HTTP port.
 func (vllm) MetricsPort() int32 { return 0 }
+
+// SignalMetrics: vllm:kv_cache_usage_perc is a fraction (0-1) despite its
+// name; before vLLM 0.10 it was vllm:gpu_cache_usage_perc.
+func (vllm) SignalMetrics(s servingv1.AutoscalingSignal) []string {
+	return map[servingv1.AutoscalingSignal][]string{
+		servingv1.SignalQueueDepth:         {"vllm:num_requests_waiting"},
+		servingv1.SignalRunningRequests:    {"vllm:num_requests_running"},
+		servingv1.SignalKVCacheUtilization: {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"},
+	}[s]
+}

@@ -1,0 +1,198 @@
+// Package autoscale decides an AIInference's replica count from the load
+// signals its engines export: it reads them from each pod's /metrics,
+// recommends a count per target, and stabilizes the recommendations over time
+// as the Horizontal Pod Autoscaler does (the lowest over the scale-up window,
+// the highest over the scale-down window). It holds no state of its own.
+package autoscale
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+)
+
+// Signals are the signal values of one pod, or their sums over pods.
+type Signals map[servingv1.AutoscalingSignal]float64
+
+// Wanted are the signals the spec has targets for, in a fixed order.
+func Wanted(a *servingv1.AutoscalingSpec) []servingv1.AutoscalingSignal {
+	var out []servingv1.AutoscalingSignal
+	for _, s := range []servingv1.AutoscalingSignal{servingv1.SignalQueueDepth, servingv1.SignalKVCacheUtilization, servingv1.SignalRunningRequests} {
+		if target(a, s) > 0 {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func target(a *servingv1.AutoscalingSpec, s servingv1.AutoscalingSignal) int32 {
+	var t *int32
+	switch s {
+	case servingv1.SignalQueueDepth:
+		t = a.Targets.QueueDepth
+	case servingv1.SignalKVCacheUtilization:
+		t = a.Targets.KVCacheUtilization
+	case servingv1.SignalRunningRequests:
+		t = a.Targets.RunningRequests
+	}
+	if t == nil {
+		return 0
+	}
+	return *t
+}
+
+// maxMetricsBytes bounds what one scrape reads: an engine's /metrics is tens
+// of kilobytes.
+const maxMetricsBytes = 4 << 20
+
+// Scrape reads the wanted signals from one pod's /metrics. metrics names, per
+// signal, the gauges that carry it (the first one present counts); a gauge's
+// series are summed (vLLM labels them by model). A signal missing, NaN or
+// infinite is an error: the caller must not scale on it.
+func Scrape(ctx context.Context, c *http.Client, url string, wanted []servingv1.AutoscalingSignal, metrics func(servingv1.AutoscalingSignal) []string) (Signals, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s answered HTTP %d", url, resp.StatusCode)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(io.LimitReader(resp.Body, maxMetricsBytes))
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: not Prometheus text: %w", url, err)
+	}
+	out := Signals{}
+	for _, s := range wanted {
+		names := metrics(s)
+		v, found := 0.0, false
+		for _, name := range names {
+			if f := families[name]; f != nil && len(f.GetMetric()) > 0 {
+				v, found = sum(f), true
+				break
+			}
+		}
+		switch {
+		case !found:
+			return nil, fmt.Errorf("%s exports no %s (looked for %s)", url, s, strings.Join(names, ", "))
+		case math.IsNaN(v) || math.IsInf(v, 0) || v < 0:
+			return nil, fmt.Errorf("%s reads %v at %s", s, v, url)
+		}
+		out[s] = v
+	}
+	return out, nil
+}
+
+func sum(f *dto.MetricFamily) float64 {
+	total := 0.0
+	for _, m := range f.GetMetric() {
+		switch {
+		case m.Gauge != nil:
+			total += m.Gauge.GetValue()
+		case m.Untyped != nil:
+			total += m.Untyped.GetValue()
+		case m.Counter != nil:
+			total += m.Counter.GetValue()
+		}
+	}
+	return total
+}
+
+// tolerance is how far from its target a signal may be without a change, as
+// the Horizontal Pod Autoscaler's 10%.
+const tolerance = 0.1
+
+// Recommend is the count the signals ask for now: for each target, the sum
+// over the serving replicas divided by the target per replica (rounded up),
+// or the current count when the mean is within the tolerance of the target;
+// the largest of them, within the spec's bounds. serving is how many replicas
+// the sums came from (at least 1).
+func Recommend(a *servingv1.AutoscalingSpec, current, serving int32, sums Signals) (int32, []servingv1.SignalReading) {
+	var readings []servingv1.SignalReading
+	want := int32(0)
+	for _, s := range Wanted(a) {
+		t := float64(target(a, s))
+		total := sums[s]
+		if s == servingv1.SignalKVCacheUtilization {
+			total *= 100 // the engines export a fraction; the target is in percent
+		}
+		perReplica := total / float64(serving)
+		n := int32(math.Ceil(total / t))
+		if math.Abs(perReplica/t-1) <= tolerance {
+			n = current
+		}
+		readings = append(readings, servingv1.SignalReading{Signal: s, PerReplica: strconv.FormatFloat(perReplica, 'f', -1, 64), Target: int32(t), Replicas: n})
+		want = max(want, n)
+	}
+	return min(max(want, a.Min()), a.MaxReplicas), readings
+}
+
+// Recommendation is one recommended count and when it was made.
+type Recommendation struct {
+	Time     time.Time
+	Replicas int32
+}
+
+// History is an object's recommendations over the longer of its windows.
+type History struct {
+	// Since is the first recommendation this process made for the object: a
+	// scale down needs a whole window of them.
+	Since time.Time
+	Recs  []Recommendation
+}
+
+// Add records a recommendation and forgets those older than keep.
+func (h *History) Add(r Recommendation, keep time.Duration) {
+	if h.Since.IsZero() {
+		h.Since = r.Time
+	}
+	h.Recs = append(h.Recs, r)
+	i := 0
+	for i < len(h.Recs) && h.Recs[i].Time.Before(r.Time.Add(-keep)) {
+		i++
+	}
+	h.Recs = h.Recs[i:]
+}
+
+// Stabilize is the count to run: up to the lowest recommendation over the
+// scale-up window when all of them are above the current count, down to the
+// highest over the scale-down window when all are below it, and the current
+// count otherwise. Until the history spans the scale-down window (after a
+// restart of the operator), it does not scale down.
+func (h *History) Stabilize(now time.Time, current int32, up, down time.Duration) int32 {
+	upRec, downRec := int32(math.MaxInt32), int32(0)
+	for _, r := range h.Recs {
+		if !r.Time.Before(now.Add(-up)) {
+			upRec = min(upRec, r.Replicas)
+		}
+		if !r.Time.Before(now.Add(-down)) {
+			downRec = max(downRec, r.Replicas)
+		}
+	}
+	if now.Sub(h.Since) < down {
+		downRec = max(downRec, current)
+	}
+	switch {
+	case upRec != math.MaxInt32 && upRec > current:
+		return upRec
+	case downRec < current:
+		return downRec
+	}
+	return current
+}
