@@ -126,6 +126,13 @@ type SignalReading struct {
 	Replicas int32 `json:"replicas"`
 }
 
+// Reasons of a ScalingDecision.
+const (
+	ScalingDecisionUp     = "ScaledUp"
+	ScalingDecisionDown   = "ScaledDown"
+	ScalingDecisionBounds = "ReplicaBounds"
+)
+
 // ScalingDecision is one change of the count.
 type ScalingDecision struct {
 	Time metav1.Time `json:"time"`

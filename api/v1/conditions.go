@@ -20,6 +20,10 @@ const (
 	ConditionModelLoaded = "ModelLoaded"
 	// ConditionAvailable is True when at least one replica serves traffic.
 	ConditionAvailable = "Available"
+	// ConditionScalingActive, with spec.autoscaling, is True while the
+	// autoscaler reads every serving replica's signals, False while it holds the
+	// count because it cannot.
+	ConditionScalingActive = "ScalingActive"
 )
 
 // Condition reasons. Events use the same words.
@@ -110,4 +114,12 @@ const (
 	// ReasonTrafficAPIMissing: the Gateway API (or Inference Extension) CRDs the
 	// rollout's traffic needs are not installed.
 	ReasonTrafficAPIMissing = "TrafficAPIMissing"
+	// ReasonSignalsRead: the autoscaler reads the signals of every serving replica.
+	ReasonSignalsRead = "SignalsRead"
+	// ReasonMetricsUnavailable: a serving replica's signals cannot be read (its
+	// /metrics does not answer, lacks a signal, or reads NaN); the count holds.
+	ReasonMetricsUnavailable = "MetricsUnavailable"
+	// ReasonNoServingReplicas: no replica of the current spec serves yet, so there
+	// is no signal to read; the count holds.
+	ReasonNoServingReplicas = "NoServingReplicas"
 )

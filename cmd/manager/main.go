@@ -34,6 +34,7 @@ func main() {
 	metricsSecure := flag.Bool("metrics-secure", true, "Serve metrics over HTTPS to callers whose token the API server authenticates and authorizes for GET /metrics (the aiinference-metrics-reader ClusterRole); false: plain HTTP to anyone who connects, on the --metrics-bind-address named.")
 	flag.StringVar(&opts.MetricsCertDir, "metrics-cert-dir", "", "Folder of the metrics server's tls.crt and tls.key; empty: a self-signed certificate.")
 	flag.StringVar(&opts.LoaderImage, "loader-image", manager.DefaultLoaderImage, "Image of the model loader init container.")
+	flag.DurationVar(&opts.AutoscaleInterval, "autoscale-interval", manager.DefaultAutoscaleInterval, "How often the autoscaler reads the signals of the engines of AIInferences with spec.autoscaling.")
 	flag.StringVar(&opts.PrometheusURL, "prometheus-url", "", "Prometheus that canary analysis steps query (e.g. http://prometheus.monitoring:9090); an AIInference's rollout.canary.prometheusURL overrides it.")
 	flag.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "How many AIInference objects are reconciled at once.")
 	var qps float64

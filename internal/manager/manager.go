@@ -38,6 +38,9 @@ import (
 var DefaultLoaderImage = version.LoaderImage()
 
 // Options are the operator's settings, set from flags in cmd/manager.
+// DefaultAutoscaleInterval is the autoscaler's default reading interval.
+const DefaultAutoscaleInterval = aiinference.DefaultAutoscaleInterval
+
 type Options struct {
 	// MetricsBindAddress is where metrics are served: empty is
 	// DefaultMetricsBindAddress, "0" serves none.
@@ -72,6 +75,8 @@ type Options struct {
 	LoaderImage string
 	// PrometheusURL is the Prometheus canary analyses query unless an object names its own.
 	PrometheusURL string
+	// AutoscaleInterval is how often the autoscaler reads the engines' signals.
+	AutoscaleInterval time.Duration
 
 	// skipNameValidation lets a test build several managers in one process.
 	skipNameValidation bool
@@ -206,7 +211,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		APIReader: mgr.GetAPIReader(),
 		Scheme:    scheme,
 		Recorder:  events,
-		Options:   aiinference.Options{LoaderImage: opts.LoaderImage, PrometheusURL: opts.PrometheusURL},
+		Options:   aiinference.Options{LoaderImage: opts.LoaderImage, PrometheusURL: opts.PrometheusURL, AutoscaleInterval: opts.AutoscaleInterval},
 		Logs:      aiinference.PodLogs{Client: clientset},
 		Analyzer:  aiinference.PrometheusAnalyzer,
 		Now:       time.Now,

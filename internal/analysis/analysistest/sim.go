@@ -117,3 +117,6 @@ func (s *Sim) SetFailureRate(t testing.TB, percent int) {
 	t.Helper()
 	s.Configure(t, map[string]any{"failure-injection-rate": percent, "failure-types": []string{"server_error"}})
 }
+
+// Stop stops the simulator, as an engine that goes away.
+func (s *Sim) Stop() { s.proc.Stop() }

@@ -7,6 +7,7 @@ package aiinference
 import (
 	"context"
 	"errors"
+	"net/http"
 	"sync"
 	"time"
 
@@ -64,6 +65,9 @@ type Reconciler struct {
 	Analyzer Analyzer
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
+	// ScrapeClient reads the engines' /metrics for the autoscaler; nil: the
+	// default client.
+	ScrapeClient *http.Client
 
 	// apis remembers which optional traffic kinds the cluster serves.
 	apis servedAPIs
@@ -72,6 +76,8 @@ type Reconciler struct {
 	verified verifiedGenerations
 	// readyReasons remembers the Ready reason of each object's last event.
 	readyReasons readyReasons
+	// autoscaler remembers each autoscaled object's recent recommendations.
+	autoscaler autoscalerMemory
 }
 
 // scope is what one reconcile pass knows.
@@ -91,6 +97,9 @@ type scope struct {
 	loads loadAssessment
 	// obs collects the observations the status is derived from; filled by every step.
 	obs observation
+	// statusRead is the status the pass started from, kept when a step changes
+	// obj.Status for the rest of the pass (the autoscaler's count).
+	statusRead *servingv1.AIInferenceStatus
 	// mu guards what steps that run at once write to obs; conflictKindRank is
 	// the conflictOrder of obs.nameConflict.
 	mu               sync.Mutex
@@ -156,6 +165,7 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 	metricsState.forget(key)
 	r.verified.forget(key)
 	r.readyReasons.forget(key)
+	r.autoscaler.forget(key)
 }
 
 // reconcileSteps reads the spec, observes, and brings each child in line. It
@@ -191,6 +201,12 @@ func (r *Reconciler) reconcileSteps(ctx context.Context, s *scope) error {
 		return err
 	}); err != nil {
 		return err
+	}
+	if s.obj.Spec.Autoscaling != nil || s.obj.Status.Autoscaling != nil {
+		_ = traced(ctx, "autoscale", func(ctx context.Context) error {
+			r.autoscale(ctx, s)
+			return nil
+		})
 	}
 	if isCanary(s.obj) && s.obs.podsSeen && s.obs.referenceProblem == nil {
 		_ = traced(ctx, "planRollout", func(ctx context.Context) error {
@@ -295,6 +311,9 @@ func (s *scope) result(statusErr error) (ctrl.Result, error) {
 	soonest := s.loads.requeue
 	if s.obs.rollout != nil {
 		soonest = soonestOf(soonest, s.obs.rollout.requeue)
+	}
+	if s.obs.autoscale != nil {
+		soonest = soonestOf(soonest, s.obs.autoscale.requeue)
 	}
 	for _, p := range []*problem{s.obs.referenceProblem, s.obs.nameConflict} {
 		if p != nil && unwatchedReasons[p.reason] {

@@ -59,6 +59,9 @@ type Options struct {
 	// PrometheusURL is the Prometheus that canary analyses query, unless an
 	// object names its own.
 	PrometheusURL string
+	// AutoscaleInterval is how often the autoscaler reads the signals; 0:
+	// DefaultAutoscaleInterval.
+	AutoscaleInterval time.Duration
 }
 
 // selectorLabels select the pods of one AIInference.

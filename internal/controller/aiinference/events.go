@@ -20,12 +20,17 @@ import (
 func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 	obj := s.obj
 	status := computeStatus(obj, s.obs, s.loads, s.now)
-	recordStatus(ctx, &obj.Status, &status)
-	if equality.Semantic.DeepEqual(obj.Status, status) {
+	read := &obj.Status
+	if s.statusRead != nil {
+		read = s.statusRead
+	}
+	recordStatus(ctx, read, &status)
+	if equality.Semantic.DeepEqual(*read, status) {
 		metricsState.record(obj, &status, &status, s.now)
 		return nil
 	}
 	original := obj.DeepCopy()
+	original.Status = *read
 	obj.Status = status
 	// A merge patch carries only what differs from the object the pass started
 	// from. When the cache had not yet seen the last pass's status write, a field

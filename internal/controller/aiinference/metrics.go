@@ -99,6 +99,31 @@ var objectFamilies = []*objectFamily{
 	{name: "aiinference_rollout_decisions_total", kind: "counter",
 		help:   "Decisions of the AIInference's canary rollouts (CanaryStarted, StepStarted, AnalysisPassed, Promoted, RolledBack, ...).",
 		series: byLabel("decision", true, func(mem *objectMemory) map[string]float64 { return mem.decisionsTotal })},
+	// The autoscaler's families: only objects with spec.autoscaling have series.
+	{name: "aiinference_autoscaler_min_replicas", kind: "gauge",
+		help:   "The AIInference's autoscaling.minReplicas.",
+		series: oneIfAutoscaled(func(mem *objectMemory) float64 { return float64(mem.autoscaleMin) })},
+	{name: "aiinference_autoscaler_max_replicas", kind: "gauge",
+		help:   "The AIInference's autoscaling.maxReplicas; aiinference_replicas_desired is the count the autoscaler set.",
+		series: oneIfAutoscaled(func(mem *objectMemory) float64 { return float64(mem.autoscaleMax) })},
+	{name: "aiinference_autoscaler_scaling_active", kind: "gauge",
+		help:   "1 while the autoscaler reads the signals of every serving replica, 0 while it holds the count (ScalingActive False).",
+		series: oneIfAutoscaled(func(mem *objectMemory) float64 { return boolValue(mem.scalingActive) })},
+	{name: "aiinference_autoscaler_signal_per_replica", kind: "gauge",
+		help:   "The autoscaler's last reading of each signal (QueueDepth, KVCacheUtilization in percent, RunningRequests), mean per serving replica.",
+		series: byLabel("signal", false, func(mem *objectMemory) map[string]float64 { return mem.signalPerReplica })},
+	{name: "aiinference_autoscaler_signal_target", kind: "gauge",
+		help:   "The target per replica of each signal the AIInference scales on.",
+		series: byLabel("signal", false, func(mem *objectMemory) map[string]float64 { return mem.signalTarget })},
+}
+
+// oneIfAutoscaled is a family of one series per object with spec.autoscaling.
+func oneIfAutoscaled(value func(*objectMemory) float64) func(*exposition, *objectMemory) {
+	return func(e *exposition, mem *objectMemory) {
+		if mem.autoscaleMax > 0 {
+			e.sample("", labelValue{}, value(mem))
+		}
+	}
 }
 
 // one is a family of one series per object, valued by value.
@@ -183,6 +208,12 @@ type objectMemory struct {
 	desired, ready, updated int32
 	loadingTimeout          time.Duration
 
+	// The autoscaler's bounds (autoscaleMax 0: no spec.autoscaling), whether it
+	// reads its signals, and its last readings.
+	autoscaleMin, autoscaleMax     int32
+	scalingActive                  bool
+	signalPerReplica, signalTarget map[string]float64 // by signal; nil until read
+
 	loadRetriesTotal, canaryRollbacksTotal float64
 	failuresTotal, decisionsTotal          map[string]float64 // by reason, by decision; nil until counted
 	loadDuration, timeToReady              *histogram         // nil until observed
@@ -243,6 +274,13 @@ func (m *statusMetrics) record(obj *servingv1.AIInference, before, after *servin
 		mem.readyReason = c.Reason
 	}
 	mem.desired, mem.ready, mem.updated = obj.DesiredReplicas(), after.ReadyReplicas, after.UpdatedReplicas
+	mem.autoscaleMin, mem.autoscaleMax, mem.scalingActive = 0, 0, false
+	if a := obj.Spec.Autoscaling; a != nil {
+		mem.autoscaleMin, mem.autoscaleMax = a.Min(), a.MaxReplicas
+		mem.scalingActive = meta.IsStatusConditionTrue(after.Conditions, servingv1.ConditionScalingActive)
+	} else {
+		mem.signalPerReplica, mem.signalTarget = nil, nil
+	}
 	mem.loadingTimeout = obj.LoadTimeout()
 
 	n := after.LoadRetries - mem.loadRetries
@@ -259,6 +297,21 @@ func (m *statusMetrics) record(obj *servingv1.AIInference, before, after *servin
 			mem.loadDuration = mem.loadDuration.observe(&loadDurationBuckets, l.Duration.Seconds())
 		}
 		mem.lastLoad, mem.hasLoad = load, true
+	}
+}
+
+// recordSignals keeps the autoscaler's last readings of an object it has seen.
+func (m *statusMetrics) recordSignals(key types.NamespacedName, readings []servingv1.SignalReading) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mem := m.objects[key]
+	if mem == nil {
+		return
+	}
+	mem.signalPerReplica, mem.signalTarget = map[string]float64{}, map[string]float64{}
+	for _, r := range readings {
+		v, _ := strconv.ParseFloat(r.PerReplica, 64)
+		mem.signalPerReplica[string(r.Signal)], mem.signalTarget[string(r.Signal)] = v, float64(r.Target)
 	}
 }
 
@@ -313,6 +366,7 @@ func (m *statusMetrics) snapshot() []objectFigures {
 	for key, mem := range m.objects {
 		c := objectFigures{key: key, objectMemory: *mem}
 		c.failuresTotal, c.decisionsTotal = maps.Clone(mem.failuresTotal), maps.Clone(mem.decisionsTotal)
+		c.signalPerReplica, c.signalTarget = maps.Clone(mem.signalPerReplica), maps.Clone(mem.signalTarget)
 		if mem.loadDuration != nil {
 			h := *mem.loadDuration
 			c.loadDuration = &h

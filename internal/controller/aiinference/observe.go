@@ -90,6 +90,8 @@ type podView struct {
 	Scheduled bool
 	// Serves is true when the pod serves traffic (servingv1.PodServes).
 	Serves bool
+	// IP is the pod's IP; "" until it has one.
+	IP string
 	// Unschedulable is the scheduler's explanation when it cannot place the pod,
 	// and UnschedulableSince when it first said so.
 	Unschedulable      string
@@ -179,6 +181,7 @@ func observePod(pod *corev1.Pod, templateHash string) podView {
 		Canary:    pod.Labels[servingv1.LabelTrack] == servingv1.TrackCanary,
 		Scheduled: pod.Spec.NodeName != "",
 		Serves:    servingv1.PodServes(pod),
+		IP:        pod.Status.PodIP,
 	}
 	for _, c := range pod.Status.Conditions {
 		switch {

@@ -37,6 +37,8 @@ type observation struct {
 	// rollout is the canary rollout's plan for this pass; nil with the Rolling
 	// strategy, or when the pass could not plan it.
 	rollout *rolloutPlan
+	// autoscale is what the autoscaler saw; nil without spec.autoscaling.
+	autoscale *autoscaleView
 	// podsSeen is false when the pods could not be listed: what status says of
 	// them is kept from the last pass.
 	podsSeen bool
@@ -182,7 +184,23 @@ func computeStatus(obj *servingv1.AIInference, obs observation, loads loadAssess
 		setCondition(&st, obj.Generation, servingv1.ConditionReconciling, metav1.ConditionTrue, ready.reason, ready.message)
 		meta.RemoveStatusCondition(&st.Conditions, servingv1.ConditionStalled)
 	}
+	setScalingCondition(&st, obj, obs.autoscale)
 	return st
+}
+
+// setScalingCondition says whether the autoscaler reads its signals or holds
+// the count; a pass that did not run the autoscaler keeps what the last said.
+func setScalingCondition(st *servingv1.AIInferenceStatus, obj *servingv1.AIInference, view *autoscaleView) {
+	switch {
+	case obj.Spec.Autoscaling == nil:
+		meta.RemoveStatusCondition(&st.Conditions, servingv1.ConditionScalingActive)
+	case view == nil:
+	case view.hold != nil:
+		setCondition(st, obj.Generation, servingv1.ConditionScalingActive, metav1.ConditionFalse, view.hold.reason, view.hold.message)
+	default:
+		setCondition(st, obj.Generation, servingv1.ConditionScalingActive, metav1.ConditionTrue, servingv1.ReasonSignalsRead,
+			"the autoscaler reads the signals of every serving replica")
+	}
 }
 
 // stableFailure records a replica's failure, keeping the recorded time while the

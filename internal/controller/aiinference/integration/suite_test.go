@@ -80,7 +80,7 @@ func runSuite(m *testing.M) int {
 	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(reconcileCounter{})))
 	mgrCfg := rest.CopyConfig(cfg)
 	mgrCfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return writeCounter{rt} }
-	mgr, err := manager.New(mgrCfg, manager.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0", LoaderImage: "example.test/model-loader:test"})
+	mgr, err := manager.New(mgrCfg, manager.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0", LoaderImage: "example.test/model-loader:test", AutoscaleInterval: time.Second})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -1,0 +1,227 @@
+package aiinference
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/autoscale"
+)
+
+// The autoscaler (spec.autoscaling) is a step of the reconcile, so that one
+// writer sets the Deployment's replicas and status: every AutoscaleInterval it
+// reads the signals from the /metrics of each serving pod of the current spec,
+// and moves status.autoscaling.desiredReplicas, which DesiredReplicas returns
+// and the Deployment runs. The readings go to metrics; status changes only
+// when the count does, or when the autoscaler starts or stops holding it.
+
+// DefaultAutoscaleInterval is how often the signals are read.
+const DefaultAutoscaleInterval = 10 * time.Second
+
+// maxScalingDecisions bounds status.autoscaling.decisions.
+const maxScalingDecisions = 10
+
+// scrapeTimeout bounds one read of one pod's /metrics.
+const scrapeTimeout = 2 * time.Second
+
+// autoscalerMemory is what the autoscaler remembers of each object between
+// passes: its recent recommendations and its last reading.
+type autoscalerMemory struct {
+	mu      sync.Mutex
+	objects map[types.NamespacedName]*autoscaled
+}
+
+type autoscaled struct {
+	history autoscale.History
+	// read is when the signals were last read; hold is why the count was held
+	// then ("" when it was not).
+	read time.Time
+	hold *problem
+}
+
+func (m *autoscalerMemory) of(key types.NamespacedName) *autoscaled {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.objects == nil {
+		m.objects = map[types.NamespacedName]*autoscaled{}
+	}
+	if m.objects[key] == nil {
+		m.objects[key] = &autoscaled{}
+	}
+	return m.objects[key]
+}
+
+func (m *autoscalerMemory) forget(key types.NamespacedName) {
+	m.mu.Lock()
+	delete(m.objects, key)
+	m.mu.Unlock()
+}
+
+// autoscaleView is what the autoscaler step saw in this pass.
+type autoscaleView struct {
+	// hold is why the count holds (signals missing or unreadable); nil when the
+	// signals were read.
+	hold *problem
+	// requeue is when the signals are next due.
+	requeue time.Duration
+}
+
+// autoscale runs the autoscaler for one pass: it reads the signals when they
+// are due and moves the count as they ask. Missing, unreadable or NaN signals
+// hold the count where it is, and say so.
+func (r *Reconciler) autoscale(ctx context.Context, s *scope) {
+	obj, a := s.obj, s.obj.Spec.Autoscaling
+	if a == nil {
+		if obj.Status.Autoscaling != nil {
+			s.setAutoscalingStatus(nil)
+		}
+		return
+	}
+	key := client.ObjectKeyFromObject(obj)
+	mem := r.autoscaler.of(key)
+	interval := r.autoscaleInterval()
+	current := obj.DesiredReplicas()
+	if st := obj.Status.Autoscaling; st == nil || st.DesiredReplicas != current {
+		// First sight, or the spec's bounds moved past the count.
+		from := int32(0)
+		if st != nil {
+			from = st.DesiredReplicas
+		}
+		s.scaleTo(current, servingv1.ScalingDecisionBounds, fmt.Sprintf("the count starts at %d, within minReplicas %d and maxReplicas %d", current, a.Min(), a.MaxReplicas), from, nil)
+	}
+	s.obs.autoscale = &autoscaleView{hold: mem.hold, requeue: interval}
+	if due := mem.read.Add(interval); s.now.Before(due) {
+		s.obs.autoscale.requeue = due.Sub(s.now)
+		return
+	}
+	mem.read = s.now
+	sums, serving, hold := r.readSignals(ctx, s, a)
+	mem.hold, s.obs.autoscale.hold = hold, hold
+	if hold != nil {
+		return
+	}
+	want, readings := autoscale.Recommend(a, current, serving, sums)
+	metricsState.recordSignals(key, readings)
+	up, down := a.StabilizationWindows()
+	mem.history.Add(autoscale.Recommendation{Time: s.now, Replicas: want}, max(up, down))
+	next := mem.history.Stabilize(s.now, current, up, down)
+	switch {
+	case next > current:
+		s.scaleTo(next, servingv1.ScalingDecisionUp, describeReadings(readings), current, readings)
+	case next < current:
+		s.scaleTo(next, servingv1.ScalingDecisionDown, describeReadings(readings), current, readings)
+	}
+}
+
+func (r *Reconciler) autoscaleInterval() time.Duration {
+	if r.Options.AutoscaleInterval > 0 {
+		return r.Options.AutoscaleInterval
+	}
+	return DefaultAutoscaleInterval
+}
+
+// readSignals reads the wanted signals of every serving pod of the current
+// spec, at once, and sums them. A pod that cannot be read holds the count: a
+// sum without it would ask for too few replicas.
+func (r *Reconciler) readSignals(ctx context.Context, s *scope, a *servingv1.AutoscalingSpec) (autoscale.Signals, int32, *problem) {
+	var pods []podView
+	for _, p := range s.obs.pods {
+		if p.Current && !p.Canary && p.Serves {
+			pods = append(pods, p)
+		}
+	}
+	if len(pods) == 0 {
+		return nil, 0, &problem{servingv1.ReasonNoServingReplicas, "no replica of the current spec serves yet, so there is no signal to read: the count holds"}
+	}
+	port := s.engine.MetricsPort()
+	if port == 0 {
+		port = enginePort(s.obj, s.engine)
+	}
+	wanted := autoscale.Wanted(a)
+	results := make([]autoscale.Signals, len(pods))
+	errs := make([]error, len(pods))
+	var wg sync.WaitGroup
+	for i, p := range pods {
+		wg.Go(func() {
+			if p.IP == "" {
+				errs[i] = fmt.Errorf("pod %s has no IP", p.Name)
+				return
+			}
+			ctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
+			defer cancel()
+			url := "http://" + net.JoinHostPort(p.IP, strconv.Itoa(int(port))) + "/metrics"
+			results[i], errs[i] = autoscale.Scrape(ctx, r.scrapeClient(), url, wanted, s.engine.SignalMetrics)
+		})
+	}
+	wg.Wait()
+	sums := autoscale.Signals{}
+	for i, p := range pods {
+		if errs[i] != nil {
+			return nil, 0, &problem{servingv1.ReasonMetricsUnavailable, fmt.Sprintf(
+				"cannot read the signals of pod %s: %v; the count holds at %d until every serving replica can be read", p.Name, errs[i], s.obj.DesiredReplicas())}
+		}
+		for sig, v := range results[i] {
+			sums[sig] += v
+		}
+	}
+	return sums, int32(len(pods)), nil
+}
+
+func (r *Reconciler) scrapeClient() *http.Client {
+	if r.ScrapeClient != nil {
+		return r.ScrapeClient
+	}
+	return http.DefaultClient
+}
+
+// scaleTo moves the count, recording the decision in status.autoscaling.
+func (s *scope) scaleTo(to int32, reason, message string, from int32, readings []servingv1.SignalReading) {
+	st := &servingv1.AutoscalingStatus{}
+	if s.obj.Status.Autoscaling != nil {
+		st = s.obj.Status.Autoscaling.DeepCopy()
+	}
+	now := metav1.NewTime(s.now.Truncate(time.Second))
+	st.DesiredReplicas, st.LastScaleTime = to, &now
+	if readings != nil {
+		st.Signals = readings
+	}
+	st.Decisions = append(st.Decisions, servingv1.ScalingDecision{Time: now, From: from, To: to, Reason: reason, Message: message})
+	if n := len(st.Decisions); n > maxScalingDecisions {
+		st.Decisions = st.Decisions[n-maxScalingDecisions:]
+	}
+	s.setAutoscalingStatus(st)
+	if s.deployment != nil {
+		s.deployment.Spec.Replicas = ptr.To(s.obj.DesiredReplicas())
+	}
+}
+
+// setAutoscalingStatus sets status.autoscaling on the object for the rest of
+// the pass (DesiredReplicas reads it), keeping the status the pass started
+// from for the status write.
+func (s *scope) setAutoscalingStatus(st *servingv1.AutoscalingStatus) {
+	if s.statusRead == nil {
+		s.statusRead = s.obj.Status.DeepCopy()
+	}
+	s.obj.Status.Autoscaling = st
+}
+
+func describeReadings(readings []servingv1.SignalReading) string {
+	msg := ""
+	for i, r := range readings {
+		if i > 0 {
+			msg += "; "
+		}
+		msg += fmt.Sprintf("%s %s per replica against a target of %d asks for %d", r.Signal, r.PerReplica, r.Target, r.Replicas)
+	}
+	return msg
+}

@@ -1,0 +1,84 @@
+package integration
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/analysis/analysistest"
+)
+
+// The autoscaler reads a real engine's signals: an llm-d-inference-sim process
+// stands for the one serving pod's engine (the pod's IP is 127.0.0.1 and
+// spec.engine.port is the simulator's), and a load it cannot keep up with (one
+// request at a time) fills its queue. The count follows the queue up to
+// maxReplicas and back down to minReplicas once the load stops; an engine whose
+// /metrics stops answering holds the count and says so. spec.replicas is never
+// written.
+func TestAutoscalerFollowsTheEnginesQueue(t *testing.T) {
+	t.Parallel()
+	analysistest.RequireBinaries(t)
+	engine := analysistest.StartPod(t, "autoscale", "llm-0", analysistest.SimOptions{MaxNumSeqs: 1, TimeToFirstToken: 400 * time.Millisecond})
+	_, port, err := net.SplitHostPort(engine.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enginePort, _ := strconv.Atoi(port)
+	g, obj, key := startInference(t, "autoscaled", func(obj *servingv1.AIInference) {
+		obj.Spec.Engine.Port = int32(enginePort)
+		obj.Spec.Autoscaling = &servingv1.AutoscalingSpec{MinReplicas: ptr.To[int32](1), MaxReplicas: 3,
+			Targets:   servingv1.AutoscalingTargets{QueueDepth: ptr.To[int32](2)},
+			ScaleDown: &servingv1.ScalingRules{StabilizationWindow: &metav1.Duration{Duration: 3 * time.Second}}}
+	})
+	ctx := context.Background()
+	g.Expect(*getDeployment(g, key).Spec.Replicas).To(Equal(int32(1)))
+	pod := servingPod(t, g, obj, "autoscaled-0")
+	setPodStatus(g, pod, func(s *corev1.PodStatus) { s.PodIP, s.PodIPs = "127.0.0.1", []corev1.PodIP{{IP: "127.0.0.1"}} })
+	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(meta.IsStatusConditionTrue(obj.Status.Conditions, servingv1.ConditionScalingActive)).To(BeTrue(), "%v", obj.Status.Conditions)
+		g.Expect(obj.Status.Autoscaling).NotTo(BeNil())
+		g.Expect(obj.Status.Autoscaling.DesiredReplicas).To(Equal(int32(1)), "an idle engine: the minimum")
+	})
+
+	// Five requests a second, one served at a time: the queue grows.
+	load := analysistest.StartLoad(t, 5, engine)
+	scaled := eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(obj.Status.Autoscaling.DesiredReplicas).To(Equal(int32(3)), "the queue asks for more than maxReplicas")
+	})
+	load.Stop()
+	d := &appsv1.Deployment{}
+	g.Expect(k8s.Get(ctx, key, d)).To(Succeed())
+	g.Expect(*d.Spec.Replicas).To(Equal(int32(3)), "the Deployment runs the autoscaler's count")
+	last := scaled.Status.Autoscaling.Decisions[len(scaled.Status.Autoscaling.Decisions)-1]
+	g.Expect(last.Reason).To(Equal(servingv1.ScalingDecisionUp))
+	g.Expect(last.Message).To(ContainSubstring("QueueDepth"))
+	g.Expect(scaled.Status.Autoscaling.Signals).To(HaveLen(1))
+	g.Expect(scaled.Spec.Replicas).To(Equal(ptr.To[int32](1)), "spec.replicas is the user's, never the operator's")
+
+	// The queue drains: back to the minimum after the scale-down window.
+	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(obj.Status.Autoscaling.DesiredReplicas).To(Equal(int32(1)))
+		g.Expect(obj.Status.Autoscaling.Decisions[len(obj.Status.Autoscaling.Decisions)-1].Reason).To(Equal(servingv1.ScalingDecisionDown))
+	})
+
+	// The engine's /metrics stops answering: the count holds, and says why.
+	engine.Sim.Stop()
+	held := eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		c := meta.FindStatusCondition(obj.Status.Conditions, servingv1.ConditionScalingActive)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Reason).To(Equal(servingv1.ReasonMetricsUnavailable))
+		g.Expect(c.Message).To(And(ContainSubstring("autoscaled-0"), ContainSubstring("the count holds at 1")))
+	})
+	g.Expect(held.Status.Autoscaling.DesiredReplicas).To(Equal(int32(1)))
+}
