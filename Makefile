@@ -27,6 +27,14 @@ manifests: ## Generate the CRD, RBAC and webhook manifests under config/ (and co
 api-docs: ## Generate docs/api-reference.md from the CRD (make manifests runs it too; a test fails when it is stale)
 	go run ./hack/apidocs
 
+.PHONY: argocd-cm
+argocd-cm: ## Generate the argocd-cm snippet (Argo CD health and actions for AIInference) from integrations/argocd (a test fails when it is stale)
+	go run ./hack/argocdcm
+
+.PHONY: gitops-capture
+gitops-capture: ## Capture the Argo CD and Flux testdata from the operator on envtest (integrations/argocd, CAPTURE=1)
+	CAPTURE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./integrations/argocd/ -run TestCapture -count=1 -v
+
 .PHONY: generate
 generate: ## Generate DeepCopy methods
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
