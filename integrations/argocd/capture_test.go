@@ -261,7 +261,9 @@ func TestCapture(t *testing.T) {
 	cp.capture(canary, "progressing_canaryStep")
 
 	cp.act(canary, "pause", servingv1.AnnotationPaused)
-	cp.waitFor(canary, func(g Gomega, o *servingv1.AIInference) { g.Expect(o.Status.Rollout.Phase).To(Equal(servingv1.RolloutPaused)) })
+	cp.waitFor(canary, func(g Gomega, o *servingv1.AIInference) {
+		g.Expect(o.Status.Rollout.Phase).To(Equal(servingv1.RolloutPaused))
+	})
 	cp.capture(canary, "suspended_pausedByHand")
 
 	cp.act(canary, "resume", "")
