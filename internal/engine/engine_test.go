@@ -92,3 +92,17 @@ func TestEngines(t *testing.T) {
 		t.Error("For(unknown) returned no error")
 	}
 }
+
+// The signals an engine exports no gauge for are the ones the CRD's rules
+// refuse for it (the integration suite's TestInvalidSpecsAreRefusedWithAUsefulMessage).
+func TestSignalsTheEnginesExport(t *testing.T) {
+	refused := map[string]bool{"TGI KVCacheUtilization": true, "Triton KVCacheUtilization": true, "Triton RunningRequests": true}
+	for _, e := range []servingv1.EngineType{servingv1.EngineVLLM, servingv1.EngineTGI, servingv1.EngineTriton} {
+		eng, _ := For(e)
+		for _, s := range []servingv1.AutoscalingSignal{servingv1.SignalQueueDepth, servingv1.SignalKVCacheUtilization, servingv1.SignalRunningRequests} {
+			if none := len(eng.SignalMetrics(s)) == 0; none != refused[string(e)+" "+string(s)] {
+				t.Errorf("%s %s: exports no gauge = %v, but admission refusing it = %v", e, s, none, refused[string(e)+" "+string(s)])
+			}
+		}
+	}
+}

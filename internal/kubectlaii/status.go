@@ -42,6 +42,15 @@ type StatusReport struct {
 	LastFailure *FailureReport        `json:"lastFailure,omitempty"`
 	// Rollout is the canary rollout, as status.rollout holds it.
 	Rollout *servingv1.RolloutStatus `json:"rollout,omitempty"`
+	// Autoscaling is the autoscaler's view: its bounds and status.autoscaling.
+	Autoscaling *AutoscalingReport `json:"autoscaling,omitempty"`
+}
+
+// AutoscalingReport is the autoscaler's view.
+type AutoscalingReport struct {
+	MinReplicas int32 `json:"minReplicas"`
+	MaxReplicas int32 `json:"maxReplicas"`
+	servingv1.AutoscalingStatus
 }
 
 // ConditionReport is one condition.
@@ -184,6 +193,12 @@ func statusReport(v *view, now time.Time) StatusReport {
 		ModelLoaded: st.ModelLoaded, LoadRetries: st.LoadRetries, MaxRetries: ptr.Deref(obj.Spec.Loading.MaxRetries, servingv1.DefaultMaxRetries), LastLoad: st.LastLoad,
 		Rollout: st.Rollout,
 	}
+	if a := obj.Spec.Autoscaling; a != nil {
+		r.Autoscaling = &AutoscalingReport{MinReplicas: a.Min(), MaxReplicas: a.MaxReplicas}
+		if st.Autoscaling != nil {
+			r.Autoscaling.AutoscalingStatus = *st.Autoscaling
+		}
+	}
 	for _, c := range st.Conditions {
 		r.Conditions = append(r.Conditions, ConditionReport{Type: c.Type, Status: string(c.Status), Reason: c.Reason, Message: c.Message, Since: age(c.LastTransitionTime, now)})
 	}
@@ -305,6 +320,9 @@ func writeStatus(out io.Writer, r StatusReport) {
 	if ro := r.Rollout; ro != nil && ro.CanaryRevision != "" {
 		writeRollout(out, ro)
 	}
+	if a := r.Autoscaling; a != nil {
+		writeAutoscaling(out, a)
+	}
 	if f := r.LastFailure; f != nil {
 		fmt.Fprintf(out, "Last failure: %s on pod %s at %s", f.Reason, dash(f.Pod), f.Time.UTC().Format(time.RFC3339))
 		if f.ExitCode != 0 {
@@ -345,6 +363,32 @@ func writeRollout(out io.Writer, ro *servingv1.RolloutStatus) {
 	}
 	for _, d := range history {
 		fmt.Fprintf(out, "  %s %-15s step %d, weight %d%%: %s\n", d.Time.UTC().Format(time.RFC3339), d.Decision, d.Step+1, d.Weight, d.Message)
+	}
+	fmt.Fprintln(out)
+}
+
+// writeAutoscaling shows the autoscaler's count within its bounds, the
+// readings behind its last change and its last decisions.
+func writeAutoscaling(out io.Writer, a *AutoscalingReport) {
+	fmt.Fprintf(out, "Autoscaling: %d replicas desired (min %d, max %d)", a.DesiredReplicas, a.MinReplicas, a.MaxReplicas)
+	if a.LastScaleTime != nil {
+		fmt.Fprintf(out, ", last change at %s", a.LastScaleTime.UTC().Format(time.RFC3339))
+	}
+	fmt.Fprintln(out)
+	if len(a.Signals) > 0 {
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  SIGNAL\tPER REPLICA\tTARGET\tASKS FOR")
+		for _, s := range a.Signals {
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\n", s.Signal, s.PerReplica, s.Target, s.Replicas)
+		}
+		_ = tw.Flush()
+	}
+	decisions := a.Decisions
+	if len(decisions) > 5 {
+		decisions = decisions[len(decisions)-5:]
+	}
+	for _, d := range decisions {
+		fmt.Fprintf(out, "  %s %-13s %d -> %d: %s\n", d.Time.UTC().Format(time.RFC3339), d.Reason, d.From, d.To, d.Message)
 	}
 	fmt.Fprintln(out)
 }

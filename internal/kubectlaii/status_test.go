@@ -1,8 +1,14 @@
 package kubectlaii
 
 import (
+	"strings"
 	"testing"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/loadspec"
 )
 
@@ -10,5 +16,25 @@ func TestDescribeProgress(t *testing.T) {
 	p := &loadspec.Progress{Stage: "downloading", Bytes: 3_200_000_000, Total: 16_000_000_000, RateBytesPerSecond: 410e6, ETASeconds: 31, Files: 12, FilesDone: 3}
 	if got, want := describeProgress(p), "loading 3.2 GB of 16.0 GB (20%), 410.0 MB/s, ETA 31s, 3/12 files"; got != want {
 		t.Errorf("describeProgress = %q, want %q", got, want)
+	}
+}
+
+func TestStatusShowsTheAutoscaler(t *testing.T) {
+	at := metav1.NewTime(time.Date(2026, 12, 5, 8, 0, 0, 0, time.UTC))
+	obj := &servingv1.AIInference{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "llm"}}
+	obj.Spec.Autoscaling = &servingv1.AutoscalingSpec{MaxReplicas: 4, Targets: servingv1.AutoscalingTargets{QueueDepth: ptr.To[int32](2)}}
+	obj.Status.Autoscaling = &servingv1.AutoscalingStatus{DesiredReplicas: 3, LastScaleTime: &at,
+		Signals:   []servingv1.SignalReading{{Signal: servingv1.SignalQueueDepth, PerReplica: "5.5", Target: 2, Replicas: 3}},
+		Decisions: []servingv1.ScalingDecision{{Time: at, From: 1, To: 3, Reason: servingv1.ScalingDecisionUp, Message: "QueueDepth 5.5 per replica against a target of 2 asks for 3"}}}
+	var out strings.Builder
+	writeStatus(&out, statusReport(&view{obj: obj}, at.Time))
+	for _, want := range []string{
+		"Autoscaling: 3 replicas desired (min 1, max 4), last change at 2026-12-05T08:00:00Z",
+		"QueueDepth  5.5          2       3",
+		"2026-12-05T08:00:00Z ScaledUp      1 -> 3: QueueDepth 5.5 per replica",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
 	}
 }

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -604,10 +605,37 @@ func TestInvalidSpecsAreRefusedWithAUsefulMessage(t *testing.T) {
 			o.Spec.Rollout.Canary.Traffic = &servingv1.CanaryTraffic{Gateway: servingv1.GatewayTraffic{
 				ParentRef: servingv1.GatewayRef{Name: "gw"}, Backend: servingv1.BackendInferencePool}}
 		}, "gateway.inferencePool is required when gateway.backend is InferencePool"},
+		{"autoscaling minimum above its maximum", func(o *servingv1.AIInference) {
+			o.Spec.Autoscaling = autoscaling(servingv1.AutoscalingTargets{QueueDepth: ptr.To[int32](4)})
+			o.Spec.Autoscaling.MinReplicas = ptr.To[int32](5)
+		}, "autoscaling.minReplicas is above autoscaling.maxReplicas"},
+		{"autoscaling without a target", func(o *servingv1.AIInference) {
+			o.Spec.Autoscaling = autoscaling(servingv1.AutoscalingTargets{})
+		}, "autoscaling.targets needs at least one target per replica"},
+		{"autoscaling to zero", func(o *servingv1.AIInference) {
+			o.Spec.Autoscaling = autoscaling(servingv1.AutoscalingTargets{QueueDepth: ptr.To[int32](4)})
+			o.Spec.Autoscaling.MinReplicas = ptr.To[int32](0)
+		}, "scale to zero) needs the request activator"},
+		{"KV-cache target on TGI", func(o *servingv1.AIInference) {
+			o.Spec.Engine.Type = servingv1.EngineTGI
+			o.Spec.Autoscaling = autoscaling(servingv1.AutoscalingTargets{KVCacheUtilization: ptr.To[int32](80)})
+		}, "TGI and Triton export no KV-cache utilisation"},
+		{"running-requests target on Triton", func(o *servingv1.AIInference) {
+			o.Spec.Engine.Type = servingv1.EngineTriton
+			o.Spec.Autoscaling = autoscaling(servingv1.AutoscalingTargets{RunningRequests: ptr.To[int32](8)})
+		}, "Triton exports no gauge of running requests"},
+		{"autoscaling a canary", func(o *servingv1.AIInference) {
+			o.Spec.Rollout = canaryRollout(servingv1.CanaryStep{Weight: 10, Pause: &servingv1.PauseStep{}})
+			o.Spec.Autoscaling = autoscaling(servingv1.AutoscalingTargets{QueueDepth: ptr.To[int32](4)})
+		}, "autoscaling and rollout.strategy Canary cannot be combined yet"},
+		{"a scale-down window of a day", func(o *servingv1.AIInference) {
+			o.Spec.Autoscaling = autoscaling(servingv1.AutoscalingTargets{QueueDepth: ptr.To[int32](4)})
+			o.Spec.Autoscaling.ScaleDown = &servingv1.ScalingRules{StabilizationWindow: &metav1.Duration{Duration: 24 * time.Hour}}
+		}, "a stabilizationWindow must be a duration between 0s and 1h"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			obj := newInference(ns, "invalid-"+string(rune('a'+i)))
+			obj := newInference(ns, fmt.Sprintf("invalid-%d", i))
 			tt.mutate(obj)
 			err := k8s.Create(context.Background(), obj)
 			if !apierrors.IsInvalid(err) {
@@ -648,4 +676,9 @@ func TestSamplesAreAccepted(t *testing.T) {
 			}
 		}
 	}
+}
+
+// autoscaling is a valid spec.autoscaling with the targets given.
+func autoscaling(targets servingv1.AutoscalingTargets) *servingv1.AutoscalingSpec {
+	return &servingv1.AutoscalingSpec{MaxReplicas: 4, Targets: targets}
 }
