@@ -154,6 +154,11 @@ cluster-down: ## Stop the local cluster and remove its files
 bench-scale: ## The operator at N objects beside plain Deployments on the local cluster (BENCH_SCALE_ARGS="-n 100,1000")
 	go run ./test/scale $(BENCH_SCALE_ARGS)
 
+.PHONY: bench-autoscale
+bench-autoscale: tools ## The autoscaler on a real node: a step of load to a second replica serving, beside the pod's own cold start, and back (root, cgroup v1)
+	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeAutoscaler' -count=1 -timeout 20m -v \
+		| grep -E 'autoscale figure|^(--- |ok|FAIL)'
+
 .PHONY: bench-loader
 bench-loader: ## The model loader against rclone: through a remote-store-shaped link, then on loopback (4.3 GB tree, cached; BENCH_LOADER_ARGS="-runs 5")
 	go run ./internal/loader/bench $(BENCH_LOADER_ARGS)

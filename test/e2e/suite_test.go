@@ -156,7 +156,7 @@ func run(m *testing.M) int {
 		loaderImage = image.Ref
 	}
 	cluster, k8s = shared.cluster, shared.k8s
-	op = shared.operator("suite", cluster.Kubeconfig())
+	op = shared.operator("suite", cluster.Kubeconfig(), "--autoscale-interval=2s")
 	if err := op.start(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

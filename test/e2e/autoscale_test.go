@@ -1,0 +1,105 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+)
+
+// A step of load on a real engine: the simulator serves one request at a time,
+// a second each, so a few clients in a loop fill its queue
+// (vllm:num_requests_waiting). The autoscaler, reading the real pod's /metrics
+// from its IP, asks for a second replica; a real pod loads, warms up and serves
+// beside the first, and no request fails meanwhile. Once the load stops the
+// count goes back to one. The figures go to the log (make bench-autoscale).
+func TestRealNodeAutoscalerFollowsAStepOfLoad(t *testing.T) {
+	g, _, obj := startRealNodeTest(t, 2, "scaled")
+	obj.Spec.Engine.Args = append(obj.Spec.Engine.Args, "--max-num-seqs=1", "--mode=echo", "--latency-calculator=constant",
+		"--time-to-first-token=1s", "--inter-token-latency=10ms")
+	obj.Spec.Autoscaling = &servingv1.AutoscalingSpec{MinReplicas: ptr.To[int32](1), MaxReplicas: 2,
+		Targets:   servingv1.AutoscalingTargets{QueueDepth: ptr.To[int32](2)},
+		ScaleDown: &servingv1.ScalingRules{StabilizationWindow: &metav1.Duration{Duration: 10 * time.Second}}}
+	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
+	waitFor(t, g, obj, realReadyTimeout, beReady(1))
+	url := serviceURL(g, obj)
+
+	// Six clients, each sending its next completion once the last is answered,
+	// for at most 3 minutes.
+	var ok, failed atomic.Int64
+	var firstErr atomic.Value
+	stop := make(chan struct{})
+	var clients sync.WaitGroup
+	httpClient := &http.Client{Timeout: 30 * time.Second}
+	step := time.Now()
+	for range 6 {
+		clients.Go(func() {
+			deadline := time.After(3 * time.Minute)
+			for {
+				select {
+				case <-stop:
+					return
+				case <-deadline:
+					return
+				default:
+				}
+				if _, err := complete(httpClient, url, obj.Spec.Model.Name); err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+					continue
+				}
+				ok.Add(1)
+			}
+		})
+	}
+	stopLoad := sync.OnceFunc(func() { close(stop); clients.Wait() })
+	t.Cleanup(stopLoad)
+
+	key := client.ObjectKeyFromObject(obj)
+	got := &servingv1.AIInference{}
+	g.Eventually(func(g Gomega) {
+		g.Expect(k8s.Get(context.Background(), key, got)).To(Succeed())
+		g.Expect(got.Status.Autoscaling).NotTo(BeNil())
+		g.Expect(got.Status.Autoscaling.DesiredReplicas).To(Equal(int32(2)), "%v", meta.FindStatusCondition(got.Status.Conditions, servingv1.ConditionScalingActive))
+	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+	decided := time.Since(step)
+	var pods []corev1.Pod
+	g.Eventually(func(g Gomega) {
+		pods = servingPods(g, obj)
+		g.Expect(pods).To(HaveLen(2))
+	}).WithTimeout(realReadyTimeout).WithPolling(200 * time.Millisecond).Should(Succeed())
+	serving := time.Since(step)
+	stopLoad()
+	newest := pods[0]
+	if pods[1].CreationTimestamp.After(newest.CreationTimestamp.Time) {
+		newest = pods[1]
+	}
+	coldStart := time.Duration(0)
+	for _, c := range newest.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			coldStart = c.LastTransitionTime.Sub(newest.CreationTimestamp.Time)
+		}
+	}
+	t.Logf("autoscale figure: step load to the decision to scale up %.1f s, to the new replica serving %.1f s (the new pod's own cold start, creation to Ready: %.0f s); %d completions answered, %d failed meanwhile",
+		decided.Seconds(), serving.Seconds(), coldStart.Seconds(), ok.Load(), failed.Load())
+	g.Expect(failed.Load()).To(BeZero(), "first failure: %v", firstErr.Load())
+	g.Expect(got.Spec.Replicas).To(Equal(ptr.To[int32](1)), "spec.replicas is the user's")
+
+	quiet := time.Now()
+	waitFor(t, g, obj, realReadyTimeout, func(g Gomega, got *servingv1.AIInference) {
+		g.Expect(got.Status.Autoscaling.DesiredReplicas).To(Equal(int32(1)))
+		g.Expect(got.Status.Autoscaling.Decisions[len(got.Status.Autoscaling.Decisions)-1].Reason).To(Equal(servingv1.ScalingDecisionDown))
+	})
+	t.Logf("autoscale figure: load stopped to the decision to scale down %.1f s (scale-down window 10 s)", time.Since(quiet).Seconds())
+}
