@@ -437,7 +437,10 @@ const AnnotationRequestedAt = "serving.aiinference.io/requestedAt"
 
 // AIInferenceStatus is what the operator observed.
 type AIInferenceStatus struct {
-	// ObservedGeneration is the generation this status was computed for.
+	// ObservedGeneration is the generation this status was computed for; -1
+	// until the operator has seen the object, so that kstatus, Flux and Argo
+	// CD read a new object as in progress, as Flux's own kinds do.
+	// +kubebuilder:default=-1
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
@@ -464,6 +467,22 @@ type AIInferenceStatus struct {
 	// Ready is ready/desired replicas, for display.
 	// +optional
 	Ready string `json:"ready,omitempty"`
+
+	// Reason is the Ready condition's reason, as a flat field for tools that
+	// read scalars only (Open Cluster Management's status feedback).
+	// +optional
+	Reason string `json:"reason,omitempty"`
+
+	// Endpoint is the in-cluster URL of the model's Service, e.g.
+	// http://llm.ml.svc:8000.
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// ServingRevision is the revision (pod template hash) of the spec that the
+	// ready replicas serve: the current spec once one of its replicas serves,
+	// the stable one during a canary rollout.
+	// +optional
+	ServingRevision string `json:"servingRevision,omitempty"`
 
 	// GPU describes the GPUs in use, for display (e.g. "2x NVIDIA-A100-SXM4-80GB").
 	// +optional
@@ -596,7 +615,8 @@ type AIInference struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   AIInferenceSpec   `json:"spec"`
+	Spec AIInferenceSpec `json:"spec"`
+	// +kubebuilder:default={"observedGeneration":-1}
 	Status AIInferenceStatus `json:"status,omitempty"`
 
 	// UnreadableSpec is set by UnmarshalJSON when the spec could not be read

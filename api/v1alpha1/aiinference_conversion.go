@@ -77,6 +77,9 @@ type v1StatusFields struct {
 	RequestedAt string                       `json:"lastHandledRequestedAt,omitempty"`
 	Rollout     *servingv1.RolloutStatus     `json:"rollout,omitempty"`
 	Autoscaling *servingv1.AutoscalingStatus `json:"autoscaling,omitempty"`
+	Reason      string                       `json:"reason,omitempty"`
+	Endpoint    string                       `json:"endpoint,omitempty"`
+	Serving     string                       `json:"servingRevision,omitempty"`
 }
 
 // modelLocation is how v1alpha1 says where the model is.
@@ -176,6 +179,7 @@ func (src *AIInference) ConvertTo(dstRaw conversion.Hub) error {
 		dst.Status.LastHandledRequestedAt = ss.RequestedAt
 		dst.Status.Rollout = ss.Rollout.DeepCopy()
 		dst.Status.Autoscaling = ss.Autoscaling.DeepCopy()
+		dst.Status.Reason, dst.Status.Endpoint, dst.Status.ServingRevision = ss.Reason, ss.Endpoint, ss.Serving
 	}
 	return nil
 }
@@ -260,6 +264,7 @@ func (dst *AIInference) ConvertFrom(srcRaw conversion.Hub) error {
 		LastLoad: st.LastLoad.DeepCopy(), LastFailure: st.LastFailure.DeepCopy(),
 		Updated: st.UpdatedReplicas, LoadBudget: st.LoadBudget.DeepCopy(), RequestedAt: st.LastHandledRequestedAt,
 		Rollout: st.Rollout.DeepCopy(), Autoscaling: st.Autoscaling.DeepCopy(),
+		Reason: st.Reason, Endpoint: st.Endpoint, Serving: st.ServingRevision,
 	}
 	if !equality.Semantic.DeepEqual(statusLost, v1StatusFields{}) {
 		lost.Status = &statusLost

@@ -510,3 +510,19 @@ func selfSignedCert(g Gomega) ([]byte, []byte) {
 	g.Expect(err).NotTo(HaveOccurred())
 	return der, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
 }
+
+// A new object, before any operator has seen it, reads observedGeneration -1
+// (the CRD's default), so kstatus, Flux and Argo CD take it as in progress
+// rather than as current; v1alpha1 reads the same.
+func TestANewObjectIsNotYetObserved(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	obj := validV1(func(o *servingv1.AIInference) { o.Namespace = ns })
+	g.Expect(k8s.Create(context.Background(), obj)).To(Succeed())
+	got := &servingv1.AIInference{}
+	g.Expect(k8s.Get(context.Background(), key(ns, obj.Name), got)).To(Succeed())
+	g.Expect(got.Status.ObservedGeneration).To(Equal(int64(-1)))
+	old := &servingv1alpha1.AIInference{}
+	g.Expect(k8s.Get(context.Background(), key(ns, obj.Name), old)).To(Succeed())
+	g.Expect(old.Status.ObservedGeneration).To(Equal(int64(-1)))
+}

@@ -39,6 +39,8 @@ type observation struct {
 	rollout *rolloutPlan
 	// autoscale is what the autoscaler saw; nil without spec.autoscaling.
 	autoscale *autoscaleView
+	// endpoint is the model Service's URL once it was applied in this pass.
+	endpoint string
 	// podsSeen is false when the pods could not be listed: what status says of
 	// them is kept from the last pass.
 	podsSeen bool
@@ -171,7 +173,13 @@ func computeStatus(obj *servingv1.AIInference, obs observation, loads loadAssess
 	}
 	setModelLoadedCondition(&st, obj.Generation, obs, loads)
 	setAvailableCondition(&st, obj.Generation, ro)
-	st.Phase = phase
+	st.Phase, st.Reason = phase, ready.reason
+	if obs.endpoint != "" {
+		st.Endpoint = obs.endpoint
+	}
+	if obs.podsSeen {
+		st.ServingRevision = servingRevision(obs, templateHash, st.ServingRevision)
+	}
 	setCondition(&st, obj.Generation, servingv1.ConditionReady, ready.status, ready.reason, ready.message)
 	switch {
 	case ready.stalled:
@@ -201,6 +209,29 @@ func setScalingCondition(st *servingv1.AIInferenceStatus, obj *servingv1.AIInfer
 		setCondition(st, obj.Generation, servingv1.ConditionScalingActive, metav1.ConditionTrue, servingv1.ReasonSignalsRead,
 			"the autoscaler reads the signals of every serving replica")
 	}
+}
+
+// servingRevision is the revision the serving pods run: the current one once
+// one of its pods serves, the stable one during a canary rollout, the last one
+// said while an update has no serving pod yet, and none when nothing serves.
+func servingRevision(obs observation, current, previous string) string {
+	serving := false
+	for _, p := range obs.pods {
+		if !p.Serves || p.Canary {
+			continue
+		}
+		if p.Current && obs.rollout == nil {
+			return current
+		}
+		serving = true
+	}
+	switch {
+	case !serving:
+		return ""
+	case obs.rollout != nil && obs.rollout.status != nil && obs.rollout.status.StableRevision != "":
+		return obs.rollout.status.StableRevision
+	}
+	return previous
 }
 
 // stableFailure records a replica's failure, keeping the recorded time while the

@@ -141,8 +141,15 @@ func (r *Reconciler) reconcileCanaryDeployment(ctx context.Context, s *scope) er
 }
 
 func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
-	_, err := r.apply(ctx, s, desiredService(s.obj, s.engine), &corev1.Service{})
-	return err
+	svc := desiredService(s.obj, s.engine)
+	res, err := r.apply(ctx, s, svc, &corev1.Service{})
+	if err != nil || res == applyConflict {
+		return err
+	}
+	s.mu.Lock()
+	s.obs.endpoint = fmt.Sprintf("http://%s.%s.svc:%d", svc.Name, svc.Namespace, svc.Spec.Ports[0].Port)
+	s.mu.Unlock()
+	return nil
 }
 
 // replacePods deletes the pods the load assessment gave up on (a hung loader, or

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strconv"
 	"testing"
@@ -48,6 +49,10 @@ func TestAutoscalerFollowsTheEnginesQueue(t *testing.T) {
 		g.Expect(meta.IsStatusConditionTrue(obj.Status.Conditions, servingv1.ConditionScalingActive)).To(BeTrue(), "%v", obj.Status.Conditions)
 		g.Expect(obj.Status.Autoscaling).NotTo(BeNil())
 		g.Expect(obj.Status.Autoscaling.DesiredReplicas).To(Equal(int32(1)), "an idle engine: the minimum")
+		// The flat fields a multi-cluster hub reads.
+		g.Expect(obj.Status.Reason).To(Equal(meta.FindStatusCondition(obj.Status.Conditions, servingv1.ConditionReady).Reason))
+		g.Expect(obj.Status.Endpoint).To(Equal(fmt.Sprintf("http://autoscaled.%s.svc:%d", obj.Namespace, enginePort)))
+		g.Expect(obj.Status.ServingRevision).To(Equal(pod.Annotations[servingv1.AnnotationTemplateHash]))
 	})
 
 	// Five requests a second, one served at a time: the queue grows.
