@@ -162,10 +162,13 @@ func TestCapture(t *testing.T) {
 	g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: captureNamespace}})).To(Succeed())
 	g.Expect(c.Create(ctx, testutil.S3Secret(captureNamespace, testutil.S3SecretName))).To(Succeed())
 
-	// New: the operator has not seen it yet.
+	// New: the operator has not seen it yet; the CRD defaults
+	// status.observedGeneration to -1 until it has.
 	llama := testutil.Inference(captureNamespace, "llama-chat", 1, "NVIDIA-H100-80GB-HBM3")
 	g.Expect(c.Create(ctx, llama)).To(Succeed())
-	cp.capture(llama, "progressing_noStatus")
+	g.Expect(c.Get(ctx, client.ObjectKeyFromObject(llama), llama)).To(Succeed())
+	g.Expect(llama.Status.ObservedGeneration).To(Equal(int64(-1)), "a new object reads status.observedGeneration -1")
+	cp.capture(llama, "progressing_notObserved")
 
 	op := startOperator(t, kubeconfig, logPath)
 

@@ -138,6 +138,24 @@ func TestHealth(t *testing.T) {
 	})
 }
 
+// TestHealthWithoutStatus: an object with no status at all (created under a
+// CRD from before status.observedGeneration's default of -1, which the
+// captures cannot give) is Progressing, as a new one is.
+func TestHealthWithoutStatus(t *testing.T) {
+	eachScripts(t, func(t *testing.T, s scripts) {
+		obj := loadObject(t, filepath.Join(CustomizationDir, "testdata", "progressing_notObserved.yaml"))
+		delete(obj, "status")
+		got, err := health(obj, s.health, s.healthOpenLibs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := healthStatus{Status: "Progressing", Message: "Waiting for the operator to observe the AIInference"}
+		if got != want {
+			t.Errorf("health\n got %+v\nwant %+v", got, want)
+		}
+	})
+}
+
 // TestEveryStateIsTested: each captured object has a health case, and every
 // health Argo CD knows but Missing (Argo CD's own, for an absent object) is met.
 func TestEveryStateIsTested(t *testing.T) {

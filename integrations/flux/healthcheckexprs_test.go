@@ -140,7 +140,7 @@ func load(t *testing.T, name string) map[string]any {
 func TestHealthCheckExprs(t *testing.T) {
 	e := exampleExprs(t)
 	want := map[string]string{
-		"progressing_noStatus.yaml":         unknown, // no status: Flux waits, never ready
+		"progressing_notObserved.yaml":      inProgress, // status.observedGeneration -1
 		"progressing_loading.yaml":          inProgress,
 		"healthy_ready.yaml":                current,
 		"progressing_generationBehind.yaml": inProgress, // Ready=True, but of generation 1
@@ -170,27 +170,25 @@ func TestHealthCheckExprs(t *testing.T) {
 }
 
 // TestNewObjectIsNeverCurrent: an object the operator has not seen is never
-// Current. With no status at all the expressions cannot be evaluated (CEL
-// cannot test a missing top-level field: has(status) is not allowed), which
-// Flux counts as not ready; a status.observedGeneration defaulted to -1, as
-// Flux's own kinds have, makes it InProgress by Flux's generation check alone.
+// Current. The CRD defaults status.observedGeneration to -1, as Flux's own
+// kinds do, so Flux's generation check holds a new object InProgress before
+// any expression runs. Under a CRD from before that default a new object had
+// no status at all, and the expressions cannot be evaluated on it (CEL cannot
+// test a missing top-level field: has(status) is not allowed), which Flux
+// reports as an error and counts as not ready until its timeout.
 func TestNewObjectIsNeverCurrent(t *testing.T) {
 	e := exampleExprs(t)
-	obj := load(t, "progressing_noStatus.yaml")
-	if _, ok := obj["status"]; ok {
-		t.Fatal("the captured new object has a status; this test wants one without")
+	obj := load(t, "progressing_notObserved.yaml")
+	if observed, ok, _ := unstructured.NestedInt64(obj, "status", "observedGeneration"); !ok || observed != -1 {
+		t.Fatalf("the captured new object reads status.observedGeneration %d (set: %v); want -1, the CRD's default", observed, ok)
 	}
+	if got, err := evaluate(t, e, obj); got != inProgress || err != nil {
+		t.Errorf("status.observedGeneration -1: %s, %v; want InProgress", got, err)
+	}
+	delete(obj, "status")
 	got, err := evaluate(t, e, obj)
 	if got == current || err == nil || !strings.Contains(err.Error(), "no such attribute") {
 		t.Errorf("no status: %s, %v; want an evaluation error (Flux waits)", got, err)
-	}
-	obj["status"] = map[string]any{"observedGeneration": int64(-1)}
-	if got, err := evaluate(t, e, obj); got != inProgress {
-		t.Errorf("status.observedGeneration -1: %s, %v; want InProgress", got, err)
-	}
-	obj["status"] = map[string]any{}
-	if got, err := evaluate(t, e, obj); got != inProgress {
-		t.Errorf("an empty status: %s, %v; want InProgress", got, err)
 	}
 }
 

@@ -24,8 +24,14 @@ local function generationOf(value)
   return tonumber(value)
 end
 
--- The operator has not written status yet: a new object is never Healthy.
-if obj.status == nil then
+-- The operator has not seen the object yet: a new object reads
+-- status.observedGeneration -1 (the CRD's default), or has no status at all
+-- under a CRD from before that default. It is never Healthy.
+local observed = nil
+if obj.status ~= nil then
+  observed = generationOf(obj.status.observedGeneration)
+end
+if obj.status == nil or (observed ~= nil and observed < 0) then
   hs.status = "Progressing"
   hs.message = "Waiting for the operator to observe the AIInference"
   return hs
@@ -33,7 +39,6 @@ end
 
 -- A status computed for an earlier spec says nothing of this one.
 local generation = generationOf(obj.metadata.generation)
-local observed = generationOf(obj.status.observedGeneration)
 if observed == nil or (generation ~= nil and observed ~= generation) then
   hs.status = "Progressing"
   hs.message = "Waiting for the operator to observe generation " .. tostring(generation) ..
