@@ -20,6 +20,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || !has(self.rollout) || self.rollout.strategy != 'Canary'",message="autoscaling and rollout.strategy Canary cannot be combined yet: the canary's share is sized from a fixed replica count; use the Rolling strategy with autoscaling, or remove autoscaling"
 // +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || self.engine.type == 'vLLM' || !has(self.autoscaling.targets.kvCacheUtilization)",message="autoscaling.targets.kvCacheUtilization needs vLLM's vllm:kv_cache_usage_perc; TGI and Triton export no KV-cache utilisation: use queueDepth (or runningRequests with TGI)"
 // +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || self.engine.type != 'Triton' || !has(self.autoscaling.targets.runningRequests)",message="autoscaling.targets.runningRequests: Triton exports no gauge of running requests: use queueDepth (nv_inference_pending_request_count)"
+// +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || self.engine.type != 'Triton' || !has(self.autoscaling.minReplicas) || self.autoscaling.minReplicas >= 1",message="autoscaling.minReplicas 0 needs to know when the model is idle, and Triton exports no gauge of running requests: set minReplicas to 1 or more for Triton"
 type AIInferenceSpec struct {
 	// Model says which model to serve and where its weights are.
 	Model ModelSpec `json:"model"`

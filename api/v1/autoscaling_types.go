@@ -17,9 +17,10 @@ import (
 // and Flux have nothing to revert).
 // +kubebuilder:validation:XValidation:rule="!has(self.minReplicas) || self.minReplicas <= self.maxReplicas",message="autoscaling.minReplicas is above autoscaling.maxReplicas: lower minReplicas or raise maxReplicas"
 // +kubebuilder:validation:XValidation:rule="has(self.targets.queueDepth) || has(self.targets.kvCacheUtilization) || has(self.targets.runningRequests)",message="autoscaling.targets needs at least one target per replica: queueDepth, kvCacheUtilization or runningRequests"
-// +kubebuilder:validation:XValidation:rule="!has(self.minReplicas) || self.minReplicas >= 1",message="autoscaling.minReplicas 0 (scale to zero) needs the request activator, which this version does not have: set minReplicas to 1 or more"
 type AutoscalingSpec struct {
-	// MinReplicas is the fewest replicas the autoscaler keeps.
+	// MinReplicas is the fewest replicas the autoscaler keeps. 0 lets an idle
+	// model go to zero after idleBeforeZero: no pod, no GPU; the operator's
+	// activator then holds the first requests while a replica starts.
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000
@@ -45,6 +46,14 @@ type AutoscalingSpec struct {
 	// over the window.
 	// +optional
 	ScaleDown *ScalingRules `json:"scaleDown,omitempty"`
+
+	// IdleBeforeZero is how long a model with minReplicas 0 must serve nothing
+	// (no request running or waiting, none held) before it goes to zero.
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('5s') && duration(self) <= duration('24h')",message="autoscaling.idleBeforeZero must be a duration between 5s and 24h, e.g. 10m"
+	// +optional
+	IdleBeforeZero *metav1.Duration `json:"idleBeforeZero,omitempty"`
 }
 
 // AutoscalingTargets are the targets per ready replica.

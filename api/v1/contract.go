@@ -68,6 +68,7 @@ const (
 	DefaultMinReplicas     = 1
 	DefaultScaleUpWindow   = 0 * time.Second
 	DefaultScaleDownWindow = 5 * time.Minute
+	DefaultIdleBeforeZero  = 10 * time.Minute
 )
 
 // DesiredReplicas is the replica count asked for, with its default. With
@@ -87,6 +88,14 @@ func (in *AIInference) DesiredReplicas() int32 {
 
 // Min is the autoscaler's lowest count, with its default.
 func (a *AutoscalingSpec) Min() int32 { return ptr.Deref(a.MinReplicas, DefaultMinReplicas) }
+
+// IdleTime is how long the model must be idle before it goes to zero.
+func (a *AutoscalingSpec) IdleTime() time.Duration {
+	if a.IdleBeforeZero != nil && a.IdleBeforeZero.Duration > 0 {
+		return a.IdleBeforeZero.Duration
+	}
+	return DefaultIdleBeforeZero
+}
 
 // StabilizationWindows are how long a change up and a change down must be
 // agreed on, with their defaults.

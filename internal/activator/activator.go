@@ -49,6 +49,8 @@ type Options struct {
 	Poll time.Duration
 	// MaxBody bounds the request body the activator reads and keeps to replay.
 	MaxBody int64
+	// Metrics records the held requests; nil: none.
+	Metrics *Metrics
 }
 
 // Defaults.
@@ -128,6 +130,7 @@ func (a *Activator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !a.hold(key) {
+		a.opts.Metrics.ended(resultFull, 0)
 		refuse(w, http.StatusTooManyRequests, 5, fmt.Sprintf("%d requests for %s already wait for a replica to start; try again", a.opts.MaxHeld, key))
 		return
 	}
@@ -145,6 +148,17 @@ func (a *Activator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	proxy(w, r, backend, body)
 }
 
+// resultOf names how a wait ended, for the metrics.
+func resultOf(status int) string {
+	switch status {
+	case 0:
+		return resultServed
+	case 499:
+		return resultGone
+	}
+	return resultTimedOut
+}
+
 func (a *Activator) hold(key types.NamespacedName) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -152,6 +166,7 @@ func (a *Activator) hold(key types.NamespacedName) bool {
 		return false
 	}
 	a.held[key]++
+	a.opts.Metrics.setHeld(key, a.held[key])
 	return true
 }
 
@@ -161,11 +176,20 @@ func (a *Activator) release(key types.NamespacedName) {
 	if a.held[key]--; a.held[key] <= 0 {
 		delete(a.held, key)
 	}
+	a.opts.Metrics.setHeld(key, a.held[key])
 }
 
 // waitForBackend waits for a serving replica; "" with the status and reason
 // to answer when none came. tick, when not nil, is called at each keepalive.
-func (a *Activator) waitForBackend(ctx context.Context, key types.NamespacedName, tick func()) (string, int, string) {
+func (a *Activator) waitForBackend(ctx context.Context, key types.NamespacedName, tick func()) (backend string, status int, why string) {
+	begin := time.Now()
+	defer func() {
+		result := resultOf(status)
+		if status == http.StatusServiceUnavailable && why == stoppingMessage {
+			result = resultStopping
+		}
+		a.opts.Metrics.ended(result, time.Since(begin).Seconds())
+	}()
 	deadline := time.NewTimer(a.opts.Timeout)
 	defer deadline.Stop()
 	poll := time.NewTicker(a.opts.Poll)
@@ -184,7 +208,7 @@ func (a *Activator) waitForBackend(ctx context.Context, key types.NamespacedName
 		case <-ctx.Done():
 			return "", 499, "the client went away"
 		case <-a.stopping:
-			return "", http.StatusServiceUnavailable, "the operator is stopping; send the request again"
+			return "", http.StatusServiceUnavailable, stoppingMessage
 		case <-deadline.C:
 			return "", http.StatusServiceUnavailable, fmt.Sprintf("no replica of %s served within %s; send the request again", key, a.opts.Timeout)
 		case <-keepalive.C:
@@ -195,6 +219,8 @@ func (a *Activator) waitForBackend(ctx context.Context, key types.NamespacedName
 		}
 	}
 }
+
+const stoppingMessage = "the operator is stopping; send the request again"
 
 // refuse answers with status and a Retry-After.
 func refuse(w http.ResponseWriter, status, retryAfter int, message string) {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -195,4 +196,29 @@ func (h *History) Stabilize(now time.Time, current int32, up, down time.Duration
 		return downRec
 	}
 	return current
+}
+
+// idleSignals tell whether a model is at work.
+var idleSignals = []servingv1.AutoscalingSignal{servingv1.SignalQueueDepth, servingv1.SignalRunningRequests}
+
+// WithIdleSignals adds to wanted the signals that tell whether a model is idle,
+// those the engine exports (metrics says which).
+func WithIdleSignals(wanted []servingv1.AutoscalingSignal, metrics func(servingv1.AutoscalingSignal) []string) []servingv1.AutoscalingSignal {
+	out := append([]servingv1.AutoscalingSignal(nil), wanted...)
+	for _, s := range idleSignals {
+		if len(metrics(s)) > 0 && !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Idle is true when no request runs or waits, as far as the sums tell.
+func Idle(sums Signals) bool {
+	for _, s := range idleSignals {
+		if sums[s] > 0 {
+			return false
+		}
+	}
+	return true
 }

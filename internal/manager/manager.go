@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -77,6 +78,10 @@ type Options struct {
 	PrometheusURL string
 	// AutoscaleInterval is how often the autoscaler reads the engines' signals.
 	AutoscaleInterval time.Duration
+	// ActivatorBindAddress is where the activator listens (host:port); with
+	// ActivatorAdvertiseAddress, the IP the models' Services send to it, the
+	// activator runs and models with autoscaling.minReplicas 0 may go to zero.
+	ActivatorBindAddress, ActivatorAdvertiseAddress string
 
 	// skipNameValidation lets a test build several managers in one process.
 	skipNameValidation bool
@@ -114,6 +119,7 @@ func cachedChildren(cfg *rest.Config, managed cache.ByObject) map[client.Object]
 		&corev1.Service{}:               managed,
 		&corev1.PersistentVolumeClaim{}: managed,
 		&appsv1.Deployment{}:            managed,
+		&discoveryv1.EndpointSlice{}:    managed,
 	}
 	served := func(groupVersion, resource string) bool {
 		dc, err := discovery.NewDiscoveryClientForConfig(cfg)
@@ -215,6 +221,11 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		Logs:      aiinference.PodLogs{Client: clientset},
 		Analyzer:  aiinference.PrometheusAnalyzer,
 		Now:       time.Now,
+	}
+	if opts.ActivatorAdvertiseAddress != "" && opts.ActivatorBindAddress != "" && opts.ActivatorBindAddress != "0" {
+		if err := addActivator(mgr, r, opts); err != nil {
+			return nil, err
+		}
 	}
 	if err := r.SetupWithManager(mgr, opts.MaxConcurrentReconciles); err != nil {
 		return nil, fmt.Errorf("setting up the AIInference controller: %w", err)

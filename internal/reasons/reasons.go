@@ -31,7 +31,7 @@ const retryHint = "then set the " + servingv1.AnnotationRequestedAt + " annotati
 // All lists every reason, condition reasons first, in the order of docs/failure-reasons.md.
 var All = []Explanation{
 	{servingv1.ReasonReady, "Every desired replica runs the current spec, is ready and available.", "", false},
-	{servingv1.ReasonScaledToZero, "spec.replicas is 0: nothing runs, by request.", "", false},
+	{servingv1.ReasonScaledToZero, "0 replicas are desired: spec.replicas is 0, or the autoscaler took an idle model to zero (autoscaling.minReplicas 0; the activator holds the next request and starts a replica). Nothing runs, no GPU is held.", "", false},
 	{servingv1.ReasonProgressing, "The operator is creating the children; no pod exists yet.", "Wait; if it lasts, run kubectl aii why NAME: a child may be refused.", false},
 	{servingv1.ReasonPodsPending, "Pods exist but are not scheduled or started yet.", "Wait; if it lasts, kubectl describe pod shows what the scheduler or kubelet waits for.", false},
 	{servingv1.ReasonUnschedulable, "The scheduler cannot place a replica: no node has enough free GPUs of an accepted product (spec.gpu.products), or taints, nodeSelector or resources exclude them. The message quotes the scheduler (how many nodes it considered and why each was refused).",

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -43,6 +45,8 @@ type autoscalerMemory struct {
 
 type autoscaled struct {
 	history autoscale.History
+	// idleSince is when the model was last seen turning idle; zero while busy.
+	idleSince time.Time
 	// read is when the signals were last read; hold is why the count was held
 	// then ("" when it was not).
 	read time.Time
@@ -100,6 +104,15 @@ func (r *Reconciler) autoscale(ctx context.Context, s *scope) {
 		s.scaleTo(current, servingv1.ScalingDecisionBounds, fmt.Sprintf("the count starts at %d, within minReplicas %d and maxReplicas %d", current, a.Min(), a.MaxReplicas), from, nil)
 	}
 	s.obs.autoscale = &autoscaleView{hold: mem.hold, requeue: interval}
+	if current == 0 {
+		// No pod to read: a request the activator holds is the only signal.
+		s.obs.autoscale.hold = nil
+		if held := r.held(key); held > 0 {
+			mem.idleSince, mem.history = time.Time{}, autoscale.History{}
+			s.scaleTo(1, servingv1.ScalingDecisionUp, fmt.Sprintf("%d request(s) held by the activator: a replica starts", held), 0, nil)
+		}
+		return
+	}
 	if due := mem.read.Add(interval); s.now.Before(due) {
 		s.obs.autoscale.requeue = due.Sub(s.now)
 		return
@@ -112,15 +125,38 @@ func (r *Reconciler) autoscale(ctx context.Context, s *scope) {
 	}
 	want, readings := autoscale.Recommend(a, current, serving, sums)
 	metricsState.recordSignals(key, readings)
+	idle := autoscale.Idle(sums) && r.held(key) == 0
+	switch {
+	case !idle:
+		mem.idleSince = time.Time{}
+		want = max(want, 1) // a model at work never goes to zero
+	case mem.idleSince.IsZero():
+		mem.idleSince = s.now
+	}
 	up, down := a.StabilizationWindows()
 	mem.history.Add(autoscale.Recommendation{Time: s.now, Replicas: want}, max(up, down))
 	next := mem.history.Stabilize(s.now, current, up, down)
+	if next == 0 && (r.Activator == nil || s.now.Sub(mem.idleSince) < a.IdleTime()) {
+		// Zero only after idleBeforeZero of idleness, and only with an activator
+		// to hold the next request.
+		next = 1
+	}
 	switch {
 	case next > current:
 		s.scaleTo(next, servingv1.ScalingDecisionUp, describeReadings(readings), current, readings)
+	case next == 0:
+		s.scaleTo(0, servingv1.ScalingDecisionDown, fmt.Sprintf("idle for %s (no request running, waiting or held): to zero; the activator holds the next request", a.IdleTime()), current, readings)
 	case next < current:
 		s.scaleTo(next, servingv1.ScalingDecisionDown, describeReadings(readings), current, readings)
 	}
+}
+
+// held is how many requests the activator holds for the model.
+func (r *Reconciler) held(key types.NamespacedName) int {
+	if r.Activator == nil {
+		return 0
+	}
+	return r.Activator.Held(key)
 }
 
 func (r *Reconciler) autoscaleInterval() time.Duration {
@@ -148,6 +184,10 @@ func (r *Reconciler) readSignals(ctx context.Context, s *scope, a *servingv1.Aut
 		port = enginePort(s.obj, s.engine)
 	}
 	wanted := autoscale.Wanted(a)
+	if a.Min() == 0 {
+		// Going to zero needs to know the model is idle: nothing running or waiting.
+		wanted = autoscale.WithIdleSignals(wanted, s.engine.SignalMetrics)
+	}
 	results := make([]autoscale.Signals, len(pods))
 	errs := make([]error, len(pods))
 	var wg sync.WaitGroup
@@ -224,4 +264,62 @@ func describeReadings(readings []servingv1.SignalReading) string {
 		msg += fmt.Sprintf("%s %s per replica against a target of %d asks for %d", r.Signal, r.PerReplica, r.Target, r.Replicas)
 	}
 	return msg
+}
+
+// Activator is what the reconciler needs of the activator.
+type Activator interface {
+	// Held is how many requests for the model wait.
+	Held(key types.NamespacedName) int
+	// Address is where the model's Service sends requests while the model is at
+	// zero: the operator's IP and the activator's port.
+	Address() (ip string, port int32)
+}
+
+// activatorSliceWanted is true while the model's Service must lead to the
+// activator: the model may go to zero, and no replica of it serves.
+func activatorSliceWanted(obj *servingv1.AIInference, obs observation) bool {
+	if a := obj.Spec.Autoscaling; a == nil || a.Min() > 0 {
+		return false
+	}
+	for _, p := range obs.pods {
+		if p.Serves {
+			return false
+		}
+	}
+	return obs.podsSeen
+}
+
+// desiredActivatorSlice is an EndpointSlice of the model's Service, beside the
+// one the Service's selector makes, that leads to the activator. kube-proxy
+// routes to the endpoints of every slice of a Service.
+func desiredActivatorSlice(obj *servingv1.AIInference, ip string, port int32) *discoveryv1.EndpointSlice {
+	addressType := discoveryv1.AddressTypeIPv4
+	if parsed := net.ParseIP(ip); parsed != nil && parsed.To4() == nil {
+		addressType = discoveryv1.AddressTypeIPv6
+	}
+	meta := childMeta(obj, activatorSliceName(obj))
+	meta.Labels[discoveryv1.LabelServiceName] = obj.Name
+	meta.Labels[discoveryv1.LabelManagedBy] = servingv1.ManagedByValue
+	return &discoveryv1.EndpointSlice{
+		TypeMeta:    metav1.TypeMeta{APIVersion: discoveryv1.SchemeGroupVersion.String(), Kind: "EndpointSlice"},
+		ObjectMeta:  meta,
+		AddressType: addressType,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(port), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+}
+
+func activatorSliceName(obj *servingv1.AIInference) string { return obj.Name + "-activator" }
+
+// reconcileActivatorSlice leads the model's Service to the activator while
+// the model is at zero and until a replica serves, and back to the pods alone
+// once one does.
+func (r *Reconciler) reconcileActivatorSlice(ctx context.Context, s *scope) error {
+	ip, port := r.Activator.Address()
+	slice := desiredActivatorSlice(s.obj, ip, port)
+	if !activatorSliceWanted(s.obj, s.obs) {
+		return r.deleteOwned(ctx, s, slice, &discoveryv1.EndpointSlice{})
+	}
+	_, err := r.apply(ctx, s, slice, &discoveryv1.EndpointSlice{})
+	return err
 }

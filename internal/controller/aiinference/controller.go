@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -28,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -68,6 +70,12 @@ type Reconciler struct {
 	// ScrapeClient reads the engines' /metrics for the autoscaler; nil: the
 	// default client.
 	ScrapeClient *http.Client
+	// Activator holds the requests of models at zero; nil: none runs, and no
+	// model goes to zero.
+	Activator Activator
+	// Wake carries the models whose requests the activator holds, for a
+	// reconcile at once; nil: none.
+	Wake <-chan event.GenericEvent
 
 	// apis remembers which optional traffic kinds the cluster serves.
 	apis servedAPIs
@@ -113,6 +121,7 @@ type scope struct {
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=inference.networking.k8s.io,resources=inferencepools,verbs=get;list;watch;create;update;patch;delete
 
@@ -256,6 +265,9 @@ func (r *Reconciler) writeChildren(ctx context.Context, s *scope) error {
 		}
 	})
 	writes.Go(func() { _ = run("reconcileService", r.reconcileService) })
+	if r.Activator != nil {
+		writes.Go(func() { _ = run("reconcileActivatorSlice", r.reconcileActivatorSlice) })
+	}
 	if s.obs.referenceProblem == nil {
 		writes.Go(func() { _ = run("reconcileTraffic", r.reconcileTraffic) })
 	}
@@ -356,6 +368,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
 	}
 	if r.served(inferencePoolKind) {
 		b = b.Owns(&inferencev1.InferencePool{})
+	}
+	if r.Activator != nil {
+		b = b.Owns(&discoveryv1.EndpointSlice{})
+	}
+	if r.Wake != nil {
+		b = b.WatchesRawSource(source.Channel(r.Wake, &handler.EnqueueRequestForObject{}))
 	}
 	return b.
 		Watches(&servingv1.AIInference{}, unansweredFirst).

@@ -3,17 +3,23 @@ package integration
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/analysis/analysistest"
@@ -86,4 +92,81 @@ func TestAutoscalerFollowsTheEnginesQueue(t *testing.T) {
 		g.Expect(c.Message).To(And(ContainSubstring("autoscaled-0"), ContainSubstring("the count holds at 1")))
 	})
 	g.Expect(held.Status.Autoscaling.DesiredReplicas).To(Equal(int32(1)))
+}
+
+// To zero and back: an idle model goes to zero after idleBeforeZero (no pod,
+// the Deployment at 0) and its Service gains an EndpointSlice that leads to
+// the activator. A request sent meanwhile is held, the count goes to one, and
+// once a replica serves (the test makes the pod, as the ReplicaSet and the
+// kubelet would) the request is answered by the real engine, and the
+// activator's slice goes.
+func TestScaleToZeroAndBackHoldsTheRequest(t *testing.T) {
+	t.Parallel()
+	analysistest.RequireBinaries(t)
+	engine := analysistest.StartPod(t, "zero", "llm-0", analysistest.SimOptions{})
+	_, port, err := net.SplitHostPort(engine.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enginePort, _ := strconv.Atoi(port)
+	g, obj, key := startInference(t, "to-zero", func(obj *servingv1.AIInference) {
+		obj.Spec.Engine.Port = int32(enginePort)
+		obj.Spec.Autoscaling = &servingv1.AutoscalingSpec{MinReplicas: ptr.To[int32](0), MaxReplicas: 2,
+			Targets:        servingv1.AutoscalingTargets{QueueDepth: ptr.To[int32](2)},
+			ScaleDown:      &servingv1.ScalingRules{StabilizationWindow: &metav1.Duration{Duration: 2 * time.Second}},
+			IdleBeforeZero: &metav1.Duration{Duration: 5 * time.Second}}
+	})
+	ctx := context.Background()
+	pod := servingPod(t, g, obj, "to-zero-0")
+	setPodStatus(g, pod, func(s *corev1.PodStatus) { s.PodIP, s.PodIPs = "127.0.0.1", []corev1.PodIP{{IP: "127.0.0.1"}} })
+
+	idle := time.Now()
+	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(obj.Status.Autoscaling).NotTo(BeNil())
+		g.Expect(obj.Status.Autoscaling.DesiredReplicas).To(BeZero())
+	})
+	g.Expect(time.Since(idle)).To(BeNumerically(">=", 5*time.Second), "not before idleBeforeZero")
+	g.Expect(*getDeployment(g, key).Spec.Replicas).To(BeZero())
+	g.Expect(k8s.Delete(ctx, pod)).To(Succeed()) // as the ReplicaSet does
+	slice := &discoveryv1.EndpointSlice{}
+	g.Eventually(func() error {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: "to-zero-activator"}, slice)
+	}).WithTimeout(waitTimeout).Should(Succeed(), func() string {
+		got := &servingv1.AIInference{}
+		_ = k8s.Get(ctx, key, got)
+		return fmt.Sprintf("conditions %+v", got.Status.Conditions)
+	})
+	g.Expect(slice.Labels[discoveryv1.LabelServiceName]).To(Equal("to-zero"))
+	g.Expect(slice.Endpoints).To(HaveLen(1))
+	g.Expect(net.JoinHostPort(slice.Endpoints[0].Addresses[0], strconv.Itoa(int(*slice.Ports[0].Port)))).To(Equal(activatorAddr))
+
+	// A request to the Service, at the activator's address as kube-proxy sends it.
+	answered := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+activatorAddr+"/v1/completions",
+			strings.NewReader(`{"model":"`+analysistest.DefaultModel+`","prompt":"hello","max_tokens":2}`))
+		req.Host = fmt.Sprintf("to-zero.%s.svc:%d", key.Namespace, enginePort)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			answered <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		answered <- fmt.Sprintf("%d %s", resp.StatusCode, body)
+	}()
+	back := eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(obj.Status.Autoscaling.DesiredReplicas).To(Equal(int32(1)))
+	})
+	last := back.Status.Autoscaling.Decisions[len(back.Status.Autoscaling.Decisions)-1]
+	g.Expect(last.Message).To(ContainSubstring("held by the activator"))
+	g.Consistently(answered).WithTimeout(time.Second).ShouldNot(Receive(), "answered before a replica served")
+	again := servingPod(t, g, obj, "to-zero-1")
+	setPodStatus(g, again, func(s *corev1.PodStatus) { s.PodIP, s.PodIPs = "127.0.0.1", []corev1.PodIP{{IP: "127.0.0.1"}} })
+	var got string
+	g.Eventually(answered).WithTimeout(waitTimeout).Should(Receive(&got))
+	g.Expect(got).To(HavePrefix("200 "), "the held request, answered by the engine")
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: "to-zero-activator"}, &discoveryv1.EndpointSlice{}))
+	}).WithTimeout(waitTimeout).Should(BeTrue(), "the activator's slice goes once a replica serves")
 }

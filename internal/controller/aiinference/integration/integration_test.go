@@ -612,10 +612,15 @@ func TestInvalidSpecsAreRefusedWithAUsefulMessage(t *testing.T) {
 		{"autoscaling without a target", func(o *servingv1.AIInference) {
 			o.Spec.Autoscaling = autoscaling(servingv1.AutoscalingTargets{})
 		}, "autoscaling.targets needs at least one target per replica"},
-		{"autoscaling to zero", func(o *servingv1.AIInference) {
+		{"Triton to zero", func(o *servingv1.AIInference) {
+			o.Spec.Engine.Type = servingv1.EngineTriton
 			o.Spec.Autoscaling = autoscaling(servingv1.AutoscalingTargets{QueueDepth: ptr.To[int32](4)})
 			o.Spec.Autoscaling.MinReplicas = ptr.To[int32](0)
-		}, "scale to zero) needs the request activator"},
+		}, "set minReplicas to 1 or more for Triton"},
+		{"idle for a moment", func(o *servingv1.AIInference) {
+			o.Spec.Autoscaling = autoscaling(servingv1.AutoscalingTargets{QueueDepth: ptr.To[int32](4)})
+			o.Spec.Autoscaling.IdleBeforeZero = &metav1.Duration{Duration: time.Second}
+		}, "autoscaling.idleBeforeZero must be a duration between 5s and 24h"},
 		{"KV-cache target on TGI", func(o *servingv1.AIInference) {
 			o.Spec.Engine.Type = servingv1.EngineTGI
 			o.Spec.Autoscaling = autoscaling(servingv1.AutoscalingTargets{KVCacheUtilization: ptr.To[int32](80)})
