@@ -6,8 +6,8 @@ package integration
 import (
 	"context"
 	"fmt"
-	"net"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path"
