@@ -155,7 +155,7 @@ bench-scale: ## The operator at N objects beside plain Deployments on the local 
 	go run ./test/scale $(BENCH_SCALE_ARGS)
 
 .PHONY: bench-autoscale
-bench-autoscale: tools ## The autoscaler on a real node: a step of load to a second replica serving, beside the pod's own cold start, and back (root, cgroup v1)
+bench-autoscale: tools ## The autoscaler on a real node: a step of load to a second replica and back, and from zero through the Service, beside the pod's own cold start (root, cgroup v1)
 	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeAutoscaler' -count=1 -timeout 20m -v \
 		| grep -E 'autoscale figure|^(--- |ok|FAIL)'
 

@@ -2,7 +2,11 @@ package e2e
 
 import (
 	"context"
+	"net"
 	"net/http"
+	"os/exec"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +14,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -102,4 +108,70 @@ func TestRealNodeAutoscalerFollowsAStepOfLoad(t *testing.T) {
 		g.Expect(got.Status.Autoscaling.Decisions[len(got.Status.Autoscaling.Decisions)-1].Reason).To(Equal(servingv1.ScalingDecisionDown))
 	})
 	t.Logf("autoscale figure: load stopped to the decision to scale down %.1f s (scale-down window 10 s)", time.Since(quiet).Seconds())
+}
+
+// From zero on a real node: an idle model goes to zero (no pod, no GPU), and
+// requests sent to its Service's ClusterIP meanwhile are held by the
+// activator, through the host's real kube-proxy rules, until a real pod has
+// loaded the model, warmed up and become ready; every one is answered. The
+// figures (make bench-autoscale) put the first request's latency beside the
+// new pod's own cold start.
+func TestRealNodeAutoscalerScalesFromZero(t *testing.T) {
+	g, _, obj := startRealNodeTest(t, 1, "from-zero")
+	obj.Spec.Autoscaling = &servingv1.AutoscalingSpec{MinReplicas: ptr.To[int32](0), MaxReplicas: 1,
+		Targets:        servingv1.AutoscalingTargets{QueueDepth: ptr.To[int32](4)},
+		ScaleDown:      &servingv1.ScalingRules{StabilizationWindow: &metav1.Duration{Duration: 0}},
+		IdleBeforeZero: &metav1.Duration{Duration: 5 * time.Second}}
+	ctx := context.Background()
+	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
+	waitFor(t, g, obj, realReadyTimeout, beReady(1))
+
+	// Idle: to zero, no pod left, and the Service leads to the activator.
+	waitFor(t, g, obj, time.Minute, func(g Gomega, got *servingv1.AIInference) {
+		g.Expect(got.Status.Autoscaling.DesiredReplicas).To(BeZero())
+		g.Expect(got.Status.Reason).To(Equal(servingv1.ReasonScaledToZero))
+	})
+	g.Eventually(func(g Gomega) {
+		pods := &corev1.PodList{}
+		g.Expect(k8s.List(ctx, pods, client.InNamespace(obj.Namespace), client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
+		g.Expect(pods.Items).To(BeEmpty(), "no pod, so no GPU, at zero")
+	}).WithTimeout(time.Minute).Should(Succeed())
+	svc := &corev1.Service{}
+	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), svc)).To(Succeed())
+	g.Eventually(func() (string, error) {
+		nat, err := exec.Command("iptables-save", "-t", "nat").CombinedOutput()
+		return string(nat), err
+	}).WithTimeout(serviceRouteTimeout).WithPolling(500*time.Millisecond).Should(ContainSubstring("--to-destination "+activatorAddr),
+		"kube-proxy leads the Service to the activator")
+
+	// Three requests to the ClusterIP, at once.
+	url := "http://" + net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port)))
+	httpClient := &http.Client{Timeout: 3 * time.Minute}
+	sent := time.Now()
+	latencies := make([]time.Duration, 3)
+	errs := make([]error, 3)
+	var requests sync.WaitGroup
+	for i := range 3 {
+		requests.Go(func() {
+			_, errs[i] = complete(httpClient, url, obj.Spec.Model.Name)
+			latencies[i] = time.Since(sent)
+		})
+	}
+	requests.Wait()
+	for i, err := range errs {
+		g.Expect(err).NotTo(HaveOccurred(), "request %d", i)
+	}
+	pods := servingPods(g, obj)
+	g.Expect(pods).To(HaveLen(1))
+	coldStart := time.Duration(0)
+	for _, c := range pods[0].Status.Conditions {
+		if c.Type == corev1.PodReady {
+			coldStart = c.LastTransitionTime.Sub(pods[0].CreationTimestamp.Time)
+		}
+	}
+	t.Logf("autoscale figure: from zero, the first held request answered after %.1f s (all 3 in %.1f s, 0 lost); the new pod's own cold start, creation to Ready: %.0f s",
+		slices.Min(latencies).Seconds(), slices.Max(latencies).Seconds(), coldStart.Seconds())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: obj.Namespace, Name: obj.Name + "-activator"}, &discoveryv1.EndpointSlice{}))
+	}).WithTimeout(time.Minute).Should(BeTrue(), "the Service leads to the pod alone once it serves")
 }

@@ -156,7 +156,15 @@ func run(m *testing.M) int {
 		loaderImage = image.Ref
 	}
 	cluster, k8s = shared.cluster, shared.k8s
-	op = shared.operator("suite", cluster.Kubeconfig(), "--autoscale-interval=2s")
+	// The suite's operator runs the activator at the host's own address, which
+	// kube-proxy's rules on the host lead a model's Service to while it is at zero.
+	if activatorAddr, err = hostAddr(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	activatorIP, _, _ := net.SplitHostPort(activatorAddr)
+	op = shared.operator("suite", cluster.Kubeconfig(), "--autoscale-interval=2s",
+		"--activator-bind-address="+activatorAddr, "--activator-advertise-address="+activatorIP)
 	if err := op.start(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -603,4 +611,24 @@ func (e *env) update(g *WithT, obj *servingv1.AIInference, mutate func(*servingv
 		mutate(obj)
 		return e.k8s.Update(context.Background(), obj)
 	}).WithTimeout(10 * time.Second).Should(Succeed())
+}
+
+// activatorAddr is where the suite's operator runs its activator.
+var activatorAddr string
+
+// hostAddr is an address of the host's own (not loopback: an EndpointSlice may
+// not name one), with a port that was free a moment ago.
+func hostAddr() (string, error) {
+	probe, err := net.Dial("udp", "192.0.2.1:9") // sends nothing: picks the outgoing address
+	if err != nil {
+		return "", err
+	}
+	ip := probe.LocalAddr().(*net.UDPAddr).IP.String()
+	_ = probe.Close()
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
