@@ -64,7 +64,7 @@ var externalFlags = map[string]string{
 var externalWords = []string{
 	"Service", "PodMonitor", "InferencePool", "IfNotPresent", "GuaranteedUpdate",
 	"ExportTraceServiceRequest", "VmHWM", "GOGC", "GOMEMLIMIT", "HOME", "False", "Fail",
-	"CRDValidationRatcheting",
+	"CRDValidationRatcheting", "ConvertLuaResultInto",
 }
 
 // docs are README.md and docs/*.md, by their path from the root.
@@ -231,7 +231,7 @@ func knownWords(t *testing.T) map[string]bool {
 		known[w] = true
 	}
 	fset := token.NewFileSet()
-	for _, dir := range []string{"api", "cmd", "internal", "test", "hack", "charts"} {
+	for _, dir := range []string{"api", "cmd", "internal", "test", "hack", "charts", "integrations"} {
 		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") {
 				return err
@@ -271,18 +271,22 @@ func knownWords(t *testing.T) map[string]bool {
 			t.Fatal(err)
 		}
 	}
-	err := filepath.WalkDir(filepath.Join(root, "config"), func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".yaml") {
+	// The manifests and scripts the project ships: config/, and integrations/
+	// (Argo CD, Flux, Karmada and OCM customizations).
+	for _, dir := range []string{"config", "integrations"} {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !(strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".lua")) {
+				return err
+			}
+			data, err := os.ReadFile(path)
+			for _, w := range regexp.MustCompile(`[A-Za-z0-9]+`).FindAllString(string(data), -1) {
+				known[w] = true
+			}
 			return err
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		data, err := os.ReadFile(path)
-		for _, w := range regexp.MustCompile(`[A-Za-z0-9]+`).FindAllString(string(data), -1) {
-			known[w] = true
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	return known
 }
@@ -300,7 +304,7 @@ func TestDocsNameRealWords(t *testing.T) {
 				continue
 			}
 			if pascal.MatchString(w) && !known[w] {
-				t.Errorf("%s: `%s` is no reason, condition, phase or other name the code or config/ holds", path, w)
+				t.Errorf("%s: `%s` is no reason, condition, phase or other name the code, config/ or integrations/ holds", path, w)
 			}
 		}
 	}
