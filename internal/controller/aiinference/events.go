@@ -2,6 +2,7 @@ package aiinference
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 
@@ -38,7 +39,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 	// pass's value would stay (Ready saying SecretNotFound, the phase still
 	// Loading): the resourceVersion in the patch makes the API server refuse it
 	// then, and the pass is run again (see scope.result).
-	err := r.Status().Patch(ctx, obj, client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{}))
+	err := r.Status().Patch(ctx, obj, withReplicaCounts{client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{}), &status})
 	switch {
 	case errors.Is(err, context.Canceled) || apierrors.IsNotFound(err):
 		return nil
@@ -56,6 +57,35 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 	metricsState.record(obj, &original.Status, &status, s.now)
 	r.recordEvents(obj, &original.Status, s)
 	return nil
+}
+
+// withReplicaCounts is a status merge patch that always carries the replica
+// counts. A merge patch carries only what differs from the object the pass
+// started from, in which a count missing from storage reads 0: a count that
+// stayed 0 since creation would never be stored, and tools that read the field
+// (a multi-cluster hub's status feedback, the scale subresource) would find
+// nothing rather than 0.
+type withReplicaCounts struct {
+	client.Patch
+	status *servingv1.AIInferenceStatus
+}
+
+func (p withReplicaCounts) Data(obj client.Object) ([]byte, error) {
+	data, err := p.Patch.Data(obj)
+	if err != nil {
+		return nil, err
+	}
+	var patch map[string]any
+	if err := json.Unmarshal(data, &patch); err != nil {
+		return nil, err
+	}
+	status, _ := patch["status"].(map[string]any)
+	if status == nil {
+		status = map[string]any{}
+		patch["status"] = status
+	}
+	status["replicas"], status["readyReplicas"], status["updatedReplicas"] = p.status.Replicas, p.status.ReadyReplicas, p.status.UpdatedReplicas
+	return json.Marshal(patch)
 }
 
 // recordEvents makes an event for each rollout decision of the pass and one

@@ -687,3 +687,22 @@ func TestSamplesAreAccepted(t *testing.T) {
 func autoscaling(targets servingv1.AutoscalingTargets) *servingv1.AutoscalingSpec {
 	return &servingv1.AutoscalingSpec{MaxReplicas: 4, Targets: targets}
 }
+
+// The replica counts are stored even while they are 0 (a merge patch leaves
+// out what did not change from the zero a missing field reads as), so that
+// tools reading the field find 0, not nothing.
+func TestReplicaCountsAreStoredAtZero(t *testing.T) {
+	t.Parallel()
+	g, _, key := startInference(t, "counted")
+	g.Eventually(func(g Gomega) {
+		obj := &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(servingv1.GroupVersion.WithKind("AIInference"))
+		g.Expect(k8s.Get(context.Background(), key, obj)).To(Succeed())
+		for _, field := range []string{"replicas", "readyReplicas", "updatedReplicas"} {
+			v, found, err := unstructured.NestedInt64(obj.Object, "status", field)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(found).To(BeTrue(), "status.%s is not stored", field)
+			g.Expect(v).To(BeZero())
+		}
+	}).WithTimeout(waitTimeout).Should(Succeed())
+}
