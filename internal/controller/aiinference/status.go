@@ -64,6 +64,8 @@ type rollout struct {
 	ready int32
 	// updated counts replicas of the current spec; currentReady those that are ready.
 	updated, currentReady int32
+	// stableReady counts the serving pods that are not a canary's.
+	stableReady int32
 	// done is true when the current spec is served by the desired number of
 	// ready, available replicas and no others (kstatus's rule for Deployments).
 	done bool
@@ -84,6 +86,9 @@ func observeRollout(obj *servingv1.AIInference, obs observation, templateHash st
 	for _, p := range obs.pods {
 		if p.Current && p.Serves {
 			ro.currentReady++
+		}
+		if !p.Canary && p.Serves {
+			ro.stableReady++
 		}
 	}
 	d := obs.deployment
@@ -569,7 +574,7 @@ func canaryVerdict(obj *servingv1.AIInference, obs observation, loads loadAssess
 	}
 	st := plan.status
 	c := obj.Spec.Rollout.Canary
-	stableServes := fmt.Sprintf("the stable pods (revision %s) serve with %d ready", st.StableRevision, ro.ready-ro.currentReady)
+	stableServes := fmt.Sprintf("the stable pods (revision %s) serve with %d ready", st.StableRevision, ro.stableReady)
 	split := "split by the HTTPRoute's weights"
 	if st.TrafficSplit == splitReplicaCount {
 		split = "one Service selects both, so the split follows the ready replicas"
