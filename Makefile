@@ -83,7 +83,7 @@ REQUIRE_REAL_NODE ?= 0
 .PHONY: tools
 tools: ## Build (or reuse) every real binary and image the tests need (a real node's where the host can run one)
 	hack/tools/build.sh envtest cluster s3 images helm >/dev/null
-	if [ "$(REQUIRE_REAL_NODE)" = 1 ] || hack/real-node-host.sh 2>/dev/null; then hack/tools/build.sh node >/dev/null; fi
+	if [ "$(REQUIRE_REAL_NODE)" = 1 ] || hack/real-node-host.sh 2>/dev/null; then hack/tools/build.sh node traefik >/dev/null; fi
 	if [ "$$(id -u)" = 0 ] || command -v promtool >/dev/null; then hack/tools/build.sh promtool >/dev/null; fi
 
 # Test binaries that run at once: most wait on API servers and clusters rather
@@ -155,9 +155,16 @@ bench-scale: ## The operator at N objects beside plain Deployments on the local 
 	go run ./test/scale $(BENCH_SCALE_ARGS)
 
 .PHONY: bench-autoscale
-bench-autoscale: tools ## The autoscaler on a real node: a step of load to a second replica and back, and from zero through the Service, beside the pod's own cold start (root, cgroup v1)
+bench-autoscale: tools ## The autoscaler: on a real node a step of load to a second replica and back, and from zero through the Service, beside the pod's own cold start (root, cgroup v1); a sawtooth load's changes per period
 	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeAutoscaler' -count=1 -timeout 20m -v \
 		| grep -E 'autoscale figure|^(--- |ok|FAIL)'
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./internal/controller/aiinference/integration/ -run 'TestSawtoothLoad' -count=1 -timeout 10m -v \
+		| grep -E 'autoscale figure|^(--- |ok|FAIL)'
+
+.PHONY: bench-gateway
+bench-gateway: tools ## A canary's split through a real Gateway (Traefik) to real-node pods: the share at each step, failed requests during promotion, abort and a canary with no ready pod (root, cgroup v1)
+	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeGatewayCarriesTheCanarySplit' -count=1 -timeout 20m -v \
+		| grep -E 'gateway figure|^(--- |ok|FAIL)'
 
 .PHONY: bench-loader
 bench-loader: ## The model loader against rclone: through a remote-store-shaped link, then on loopback (4.3 GB tree, cached; BENCH_LOADER_ARGS="-runs 5")

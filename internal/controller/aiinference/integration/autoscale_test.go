@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -169,4 +170,115 @@ func TestScaleToZeroAndBackHoldsTheRequest(t *testing.T) {
 	g.Eventually(func() bool {
 		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: "to-zero-activator"}, &discoveryv1.EndpointSlice{}))
 	}).WithTimeout(waitTimeout).Should(BeTrue(), "the activator's slice goes once a replica serves")
+}
+
+// GPUs are scarce: the count the load asks for cannot all be placed. The
+// replicas that wait for a GPU show as Unschedulable with the scheduler's
+// words, and the count holds where the load puts it: it comes from the pods
+// that serve, which the waiting ones do not change.
+func TestUnschedulableReplicasDoNotMoveTheCount(t *testing.T) {
+	t.Parallel()
+	analysistest.RequireBinaries(t)
+	engine := analysistest.StartPod(t, "scarce", "llm-0", analysistest.SimOptions{MaxNumSeqs: 1, TimeToFirstToken: 400 * time.Millisecond})
+	_, port, _ := net.SplitHostPort(engine.Addr)
+	enginePort, _ := strconv.Atoi(port)
+	g, obj, key := startInference(t, "scarce", func(obj *servingv1.AIInference) {
+		obj.Spec.Engine.Port = int32(enginePort)
+		obj.Spec.Autoscaling = &servingv1.AutoscalingSpec{MinReplicas: ptr.To[int32](1), MaxReplicas: 3,
+			Targets: servingv1.AutoscalingTargets{QueueDepth: ptr.To[int32](2)}}
+	})
+	pod := servingPod(t, g, obj, "scarce-0")
+	setPodStatus(g, pod, func(s *corev1.PodStatus) { s.PodIP, s.PodIPs = "127.0.0.1", []corev1.PodIP{{IP: "127.0.0.1"}} })
+	analysistest.StartLoad(t, 5, engine)
+	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(obj.Status.Autoscaling.DesiredReplicas).To(Equal(int32(3)))
+	})
+	for _, name := range []string{"scarce-1", "scarce-2"} {
+		waiting := podFor(t, g, obj, name)
+		setPodStatus(g, waiting, func(s *corev1.PodStatus) {
+			s.Phase = corev1.PodPending
+			s.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+				Message: "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.", LastTransitionTime: metav1.Now()}}
+		})
+	}
+	held := eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		ready := meta.FindStatusCondition(obj.Status.Conditions, servingv1.ConditionReady)
+		g.Expect(ready.Reason).To(Equal(servingv1.ReasonUnschedulable))
+		g.Expect(ready.Message).To(ContainSubstring("Insufficient nvidia.com/gpu"))
+	})
+	decisions := len(held.Status.Autoscaling.Decisions)
+	g.Consistently(func(g Gomega) {
+		got := &servingv1.AIInference{}
+		g.Expect(k8s.Get(context.Background(), key, got)).To(Succeed())
+		g.Expect(got.Status.Autoscaling.DesiredReplicas).To(Equal(int32(3)))
+		g.Expect(got.Status.Autoscaling.Decisions).To(HaveLen(decisions), "no new decision while replicas wait for GPUs")
+	}).WithTimeout(5 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
+}
+
+// A load that comes and goes, period after period, moves the count at most
+// once up and once down in each period (here 8 s of bursts of load, then 12 s
+// of none; a scale-down window of 4 s). The figure goes to the log (make
+// bench-autoscale). This load is too regular to make an autoscaler without
+// stabilization flap (seen: it passes one); internal/autoscale's
+// TestSawtoothLoadDoesNotFlap is the check that does (seen failing with 12
+// changes where one is due).
+func TestSawtoothLoadMovesTheCountOnceEachWay(t *testing.T) {
+	t.Parallel()
+	analysistest.RequireBinaries(t)
+	engine := analysistest.StartPod(t, "sawtooth", "llm-0", analysistest.SimOptions{MaxNumSeqs: 1, TimeToFirstToken: 300 * time.Millisecond})
+	_, port, _ := net.SplitHostPort(engine.Addr)
+	enginePort, _ := strconv.Atoi(port)
+	g, obj, key := startInference(t, "sawtooth", func(obj *servingv1.AIInference) {
+		obj.Spec.Engine.Port = int32(enginePort)
+		obj.Spec.Autoscaling = &servingv1.AutoscalingSpec{MinReplicas: ptr.To[int32](1), MaxReplicas: 2,
+			Targets:   servingv1.AutoscalingTargets{QueueDepth: ptr.To[int32](2)},
+			ScaleDown: &servingv1.ScalingRules{StabilizationWindow: &metav1.Duration{Duration: 4 * time.Second}}}
+	})
+	pod := servingPod(t, g, obj, "sawtooth-0")
+	setPodStatus(g, pod, func(s *corev1.PodStatus) { s.PodIP, s.PodIPs = "127.0.0.1", []corev1.PodIP{{IP: "127.0.0.1"}} })
+	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(obj.Status.Autoscaling).NotTo(BeNil())
+	})
+	const periods = 3
+	// Each period starts when the last one's load has drained (Stop waits for
+	// the requests in flight), so the periods are as long as they take.
+	starts := make([]time.Time, periods+1)
+	for i := range periods {
+		starts[i] = time.Now()
+		// The load itself comes in bursts, a second on and a moment off, so that
+		// the queue rises and falls within the half period as well.
+		for on := time.Now(); time.Since(on) < 8*time.Second; {
+			load := analysistest.StartLoad(t, 8, engine)
+			time.Sleep(time.Second)
+			load.Stop()
+			time.Sleep(500 * time.Millisecond)
+		}
+		time.Sleep(12 * time.Second)
+	}
+	starts[periods] = time.Now()
+	got := &servingv1.AIInference{}
+	g.Expect(k8s.Get(context.Background(), key, got)).To(Succeed())
+	ups, downs := make([]int, periods), make([]int, periods)
+	for _, d := range got.Status.Autoscaling.Decisions {
+		t.Logf("decision at +%s: %s %d -> %d: %s", d.Time.Sub(starts[0].Truncate(time.Second)), d.Reason, d.From, d.To, d.Message)
+		for i := range periods {
+			if d.Time.Time.Before(starts[i].Truncate(time.Second)) || !d.Time.Time.Before(starts[i+1].Truncate(time.Second)) {
+				continue
+			}
+			switch d.Reason {
+			case servingv1.ScalingDecisionUp:
+				ups[i]++
+			case servingv1.ScalingDecisionDown:
+				downs[i]++
+			}
+		}
+	}
+	t.Logf("autoscale figure: sawtooth load (8 s of bursts, 12 s of none; periods of %v): count changes per period, up %v, down %v",
+		[]time.Duration{starts[1].Sub(starts[0]).Round(time.Second), starts[2].Sub(starts[1]).Round(time.Second), starts[3].Sub(starts[2]).Round(time.Second)}, ups, downs)
+	for i := range periods {
+		g.Expect(ups[i]).To(BeNumerically("<=", 1), "period %d", i)
+		g.Expect(downs[i]).To(BeNumerically("<=", 1), "period %d", i)
+	}
+	g.Expect(slices.Max(ups)).To(Equal(1), "the load did move the count")
+	g.Expect(slices.Max(downs)).To(Equal(1), "and the quiet moved it back")
 }
