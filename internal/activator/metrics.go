@@ -23,14 +23,24 @@ const (
 	resultGone     = "client_gone"
 )
 
+// The activator's metric names.
+const (
+	heldMetric     = "aiinference_activator_held_requests"
+	requestsMetric = "aiinference_activator_requests_total"
+	waitMetric     = "aiinference_activator_wait_seconds"
+)
+
+// MetricNames are the names of the activator's metrics, for docs and dashboards.
+func MetricNames() []string { return []string{heldMetric, requestsMetric, waitMetric} }
+
 // NewMetrics registers the activator's metrics with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "aiinference_activator_held_requests",
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: heldMetric,
 			Help: "Requests the activator holds now for a model with no serving replica."}, []string{"namespace", "name"}),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aiinference_activator_requests_total",
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: requestsMetric,
 			Help: "Requests the activator held, by how they ended: served, queue_full (429), timed_out (503), stopping (503), client_gone."}, []string{"result"}),
-		wait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "aiinference_activator_wait_seconds",
+		wait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: waitMetric,
 			Help:    "How long a served request waited in the activator for a replica: the cold start its client saw.",
 			Buckets: []float64{0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600}}),
 	}

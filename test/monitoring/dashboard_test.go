@@ -13,6 +13,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/aiinference/operator/internal/activator"
 	"github.com/aiinference/operator/internal/controller/aiinference"
 	"github.com/aiinference/operator/internal/loader"
 )
@@ -103,7 +104,7 @@ func TestDashboard(t *testing.T) {
 		t.Fatal(err)
 	}
 	known := map[string]bool{}
-	for _, n := range append(append(aiinference.MetricNames(), otherMetrics...), loaderMetrics(t)...) {
+	for _, n := range slices.Concat(aiinference.MetricNames(), activator.MetricNames(), otherMetrics, loaderMetrics(t)) {
 		known[n] = true
 	}
 	if len(known) < 20 {
@@ -182,7 +183,7 @@ func TestMetricsDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range aiinference.MetricNames() {
+	for _, n := range slices.Concat(aiinference.MetricNames(), activator.MetricNames()) {
 		if !strings.Contains(string(doc), "| `"+n+"` |") {
 			t.Errorf("docs/metrics.md has no row for %s", n)
 		}
