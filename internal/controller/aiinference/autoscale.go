@@ -78,6 +78,9 @@ type autoscaleView struct {
 	hold *problem
 	// requeue is when the signals are next due.
 	requeue time.Duration
+	// noActivator is true when minReplicas 0 cannot be honoured: no activator
+	// runs to hold the requests of a model at zero.
+	noActivator bool
 }
 
 // autoscale runs the autoscaler for one pass: it reads the signals when they
@@ -103,7 +106,7 @@ func (r *Reconciler) autoscale(ctx context.Context, s *scope) {
 		}
 		s.scaleTo(current, servingv1.ScalingDecisionBounds, fmt.Sprintf("the count starts at %d, within minReplicas %d and maxReplicas %d", current, a.Min(), a.MaxReplicas), from, nil)
 	}
-	s.obs.autoscale = &autoscaleView{hold: mem.hold, requeue: interval}
+	s.obs.autoscale = &autoscaleView{hold: mem.hold, requeue: interval, noActivator: a.Min() == 0 && r.Activator == nil}
 	if current == 0 {
 		// No pod to read: a request the activator holds is the only signal.
 		s.obs.autoscale.hold = nil

@@ -210,6 +210,10 @@ func setScalingCondition(st *servingv1.AIInferenceStatus, obj *servingv1.AIInfer
 	case view == nil:
 	case view.hold != nil:
 		setCondition(st, obj.Generation, servingv1.ConditionScalingActive, metav1.ConditionFalse, view.hold.reason, view.hold.message)
+	case view.noActivator:
+		setCondition(st, obj.Generation, servingv1.ConditionScalingActive, metav1.ConditionTrue, servingv1.ReasonSignalsRead,
+			"the autoscaler reads the signals of every serving replica; minReplicas 0 is not applied, the count stays at 1 or more: "+
+				"the operator runs no activator to hold the requests of a model at zero (start it with --activator-advertise-address, or in a pod, where POD_IP sets it)")
 	default:
 		setCondition(st, obj.Generation, servingv1.ConditionScalingActive, metav1.ConditionTrue, servingv1.ReasonSignalsRead,
 			"the autoscaler reads the signals of every serving replica")

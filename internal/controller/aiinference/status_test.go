@@ -490,3 +490,14 @@ func TestCrashLoopWithoutAMessageReadsTheLog(t *testing.T) {
 		t.Errorf("EngineCrashLoop = %q", got)
 	}
 }
+
+// minReplicas 0 without an activator is said, not silently ignored.
+func TestScalingConditionSaysWhenZeroCannotBeHonoured(t *testing.T) {
+	obj := sampleInference()
+	obj.Spec.Autoscaling = &servingv1.AutoscalingSpec{MinReplicas: ptr.To[int32](0), MaxReplicas: 2}
+	st := computeStatus(obj, observation{autoscale: &autoscaleView{noActivator: true}}, loadAssessment{}, now)
+	c := meta.FindStatusCondition(st.Conditions, servingv1.ConditionScalingActive)
+	if c == nil || !strings.Contains(c.Message, "minReplicas 0 is not applied") {
+		t.Fatalf("ScalingActive: %+v", c)
+	}
+}
