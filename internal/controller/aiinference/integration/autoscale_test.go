@@ -26,6 +26,40 @@ import (
 	"github.com/aiinference/operator/internal/analysis/analysistest"
 )
 
+// autoscaled is a test of one AIInference with spec.autoscaling whose serving
+// pod's engine is a real llm-d-inference-sim process: the pod's IP is
+// 127.0.0.1 and spec.engine.port is the simulator's.
+type autoscaled struct {
+	g          *WithT
+	obj        *servingv1.AIInference
+	key        client.ObjectKey
+	engine     *analysistest.Pod
+	enginePort int
+}
+
+func startAutoscaled(t *testing.T, name string, sim analysistest.SimOptions, autoscaling *servingv1.AutoscalingSpec) autoscaled {
+	t.Helper()
+	analysistest.RequireBinaries(t)
+	engine := analysistest.StartPod(t, name, name+"-engine", sim)
+	_, port, err := net.SplitHostPort(engine.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enginePort, _ := strconv.Atoi(port)
+	g, obj, key := startInference(t, name, func(obj *servingv1.AIInference) {
+		obj.Spec.Engine.Port = int32(enginePort)
+		obj.Spec.Autoscaling = autoscaling
+	})
+	return autoscaled{g: g, obj: obj, key: key, engine: engine, enginePort: enginePort}
+}
+
+// servingPod makes a serving pod whose engine is the simulator.
+func (a autoscaled) servingPod(t *testing.T, name string) *corev1.Pod {
+	pod := servingPod(t, a.g, a.obj, name)
+	setPodStatus(a.g, pod, func(s *corev1.PodStatus) { s.PodIP, s.PodIPs = "127.0.0.1", []corev1.PodIP{{IP: "127.0.0.1"}} })
+	return pod
+}
+
 // The autoscaler reads a real engine's signals: an llm-d-inference-sim process
 // stands for the one serving pod's engine (the pod's IP is 127.0.0.1 and
 // spec.engine.port is the simulator's), and a load it cannot keep up with (one
@@ -35,23 +69,14 @@ import (
 // written.
 func TestAutoscalerFollowsTheEnginesQueue(t *testing.T) {
 	t.Parallel()
-	analysistest.RequireBinaries(t)
-	engine := analysistest.StartPod(t, "autoscale", "llm-0", analysistest.SimOptions{MaxNumSeqs: 1, TimeToFirstToken: 400 * time.Millisecond})
-	_, port, err := net.SplitHostPort(engine.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	enginePort, _ := strconv.Atoi(port)
-	g, obj, key := startInference(t, "autoscaled", func(obj *servingv1.AIInference) {
-		obj.Spec.Engine.Port = int32(enginePort)
-		obj.Spec.Autoscaling = &servingv1.AutoscalingSpec{MinReplicas: ptr.To[int32](1), MaxReplicas: 3,
+	a := startAutoscaled(t, "autoscaled", analysistest.SimOptions{MaxNumSeqs: 1, TimeToFirstToken: 400 * time.Millisecond},
+		&servingv1.AutoscalingSpec{MinReplicas: ptr.To[int32](1), MaxReplicas: 3,
 			Targets:   servingv1.AutoscalingTargets{QueueDepth: ptr.To[int32](2)},
-			ScaleDown: &servingv1.ScalingRules{StabilizationWindow: &metav1.Duration{Duration: 3 * time.Second}}}
-	})
+			ScaleDown: &servingv1.ScalingRules{StabilizationWindow: &metav1.Duration{Duration: 3 * time.Second}}})
+	g, key, engine, enginePort := a.g, a.key, a.engine, a.enginePort
 	ctx := context.Background()
 	g.Expect(*getDeployment(g, key).Spec.Replicas).To(Equal(int32(1)))
-	pod := servingPod(t, g, obj, "autoscaled-0")
-	setPodStatus(g, pod, func(s *corev1.PodStatus) { s.PodIP, s.PodIPs = "127.0.0.1", []corev1.PodIP{{IP: "127.0.0.1"}} })
+	pod := a.servingPod(t, "autoscaled-0")
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		g.Expect(meta.IsStatusConditionTrue(obj.Status.Conditions, servingv1.ConditionScalingActive)).To(BeTrue(), "%v", obj.Status.Conditions)
 		g.Expect(obj.Status.Autoscaling).NotTo(BeNil())
@@ -103,23 +128,14 @@ func TestAutoscalerFollowsTheEnginesQueue(t *testing.T) {
 // activator's slice goes.
 func TestScaleToZeroAndBackHoldsTheRequest(t *testing.T) {
 	t.Parallel()
-	analysistest.RequireBinaries(t)
-	engine := analysistest.StartPod(t, "zero", "llm-0", analysistest.SimOptions{})
-	_, port, err := net.SplitHostPort(engine.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	enginePort, _ := strconv.Atoi(port)
-	g, obj, key := startInference(t, "to-zero", func(obj *servingv1.AIInference) {
-		obj.Spec.Engine.Port = int32(enginePort)
-		obj.Spec.Autoscaling = &servingv1.AutoscalingSpec{MinReplicas: ptr.To[int32](0), MaxReplicas: 2,
+	a := startAutoscaled(t, "to-zero", analysistest.SimOptions{},
+		&servingv1.AutoscalingSpec{MinReplicas: ptr.To[int32](0), MaxReplicas: 2,
 			Targets:        servingv1.AutoscalingTargets{QueueDepth: ptr.To[int32](2)},
 			ScaleDown:      &servingv1.ScalingRules{StabilizationWindow: &metav1.Duration{Duration: 2 * time.Second}},
-			IdleBeforeZero: &metav1.Duration{Duration: 5 * time.Second}}
-	})
+			IdleBeforeZero: &metav1.Duration{Duration: 5 * time.Second}})
+	g, key, enginePort := a.g, a.key, a.enginePort
 	ctx := context.Background()
-	pod := servingPod(t, g, obj, "to-zero-0")
-	setPodStatus(g, pod, func(s *corev1.PodStatus) { s.PodIP, s.PodIPs = "127.0.0.1", []corev1.PodIP{{IP: "127.0.0.1"}} })
+	pod := a.servingPod(t, "to-zero-0")
 
 	idle := time.Now()
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
@@ -162,8 +178,7 @@ func TestScaleToZeroAndBackHoldsTheRequest(t *testing.T) {
 	last := back.Status.Autoscaling.Decisions[len(back.Status.Autoscaling.Decisions)-1]
 	g.Expect(last.Message).To(ContainSubstring("held by the activator"))
 	g.Consistently(answered).WithTimeout(time.Second).ShouldNot(Receive(), "answered before a replica served")
-	again := servingPod(t, g, obj, "to-zero-1")
-	setPodStatus(g, again, func(s *corev1.PodStatus) { s.PodIP, s.PodIPs = "127.0.0.1", []corev1.PodIP{{IP: "127.0.0.1"}} })
+	a.servingPod(t, "to-zero-1")
 	var got string
 	g.Eventually(answered).WithTimeout(waitTimeout).Should(Receive(&got))
 	g.Expect(got).To(HavePrefix("200 "), "the held request, answered by the engine")
@@ -178,18 +193,11 @@ func TestScaleToZeroAndBackHoldsTheRequest(t *testing.T) {
 // that serve, which the waiting ones do not change.
 func TestUnschedulableReplicasDoNotMoveTheCount(t *testing.T) {
 	t.Parallel()
-	analysistest.RequireBinaries(t)
-	engine := analysistest.StartPod(t, "scarce", "llm-0", analysistest.SimOptions{MaxNumSeqs: 1, TimeToFirstToken: 400 * time.Millisecond})
-	_, port, _ := net.SplitHostPort(engine.Addr)
-	enginePort, _ := strconv.Atoi(port)
-	g, obj, key := startInference(t, "scarce", func(obj *servingv1.AIInference) {
-		obj.Spec.Engine.Port = int32(enginePort)
-		obj.Spec.Autoscaling = &servingv1.AutoscalingSpec{MinReplicas: ptr.To[int32](1), MaxReplicas: 3,
-			Targets: servingv1.AutoscalingTargets{QueueDepth: ptr.To[int32](2)}}
-	})
-	pod := servingPod(t, g, obj, "scarce-0")
-	setPodStatus(g, pod, func(s *corev1.PodStatus) { s.PodIP, s.PodIPs = "127.0.0.1", []corev1.PodIP{{IP: "127.0.0.1"}} })
-	analysistest.StartLoad(t, 5, engine)
+	a := startAutoscaled(t, "scarce", analysistest.SimOptions{MaxNumSeqs: 1, TimeToFirstToken: 400 * time.Millisecond},
+		&servingv1.AutoscalingSpec{MinReplicas: ptr.To[int32](1), MaxReplicas: 3, Targets: servingv1.AutoscalingTargets{QueueDepth: ptr.To[int32](2)}})
+	g, obj, key := a.g, a.obj, a.key
+	a.servingPod(t, "scarce-0")
+	analysistest.StartLoad(t, 5, a.engine)
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		g.Expect(obj.Status.Autoscaling.DesiredReplicas).To(Equal(int32(3)))
 	})
@@ -224,18 +232,12 @@ func TestUnschedulableReplicasDoNotMoveTheCount(t *testing.T) {
 // changes where one is due).
 func TestSawtoothLoadMovesTheCountOnceEachWay(t *testing.T) {
 	t.Parallel()
-	analysistest.RequireBinaries(t)
-	engine := analysistest.StartPod(t, "sawtooth", "llm-0", analysistest.SimOptions{MaxNumSeqs: 1, TimeToFirstToken: 300 * time.Millisecond})
-	_, port, _ := net.SplitHostPort(engine.Addr)
-	enginePort, _ := strconv.Atoi(port)
-	g, obj, key := startInference(t, "sawtooth", func(obj *servingv1.AIInference) {
-		obj.Spec.Engine.Port = int32(enginePort)
-		obj.Spec.Autoscaling = &servingv1.AutoscalingSpec{MinReplicas: ptr.To[int32](1), MaxReplicas: 2,
+	a := startAutoscaled(t, "sawtooth", analysistest.SimOptions{MaxNumSeqs: 1, TimeToFirstToken: 300 * time.Millisecond},
+		&servingv1.AutoscalingSpec{MinReplicas: ptr.To[int32](1), MaxReplicas: 2,
 			Targets:   servingv1.AutoscalingTargets{QueueDepth: ptr.To[int32](2)},
-			ScaleDown: &servingv1.ScalingRules{StabilizationWindow: &metav1.Duration{Duration: 4 * time.Second}}}
-	})
-	pod := servingPod(t, g, obj, "sawtooth-0")
-	setPodStatus(g, pod, func(s *corev1.PodStatus) { s.PodIP, s.PodIPs = "127.0.0.1", []corev1.PodIP{{IP: "127.0.0.1"}} })
+			ScaleDown: &servingv1.ScalingRules{StabilizationWindow: &metav1.Duration{Duration: 4 * time.Second}}})
+	g, key, engine := a.g, a.key, a.engine
+	a.servingPod(t, "sawtooth-0")
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		g.Expect(obj.Status.Autoscaling).NotTo(BeNil())
 	})
