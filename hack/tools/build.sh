@@ -5,12 +5,13 @@
 # A binary already in the cache is reused, so only the first run pays the build.
 #
 # Usage: hack/tools/build.sh GROUP...
-#   groups: envtest cluster s3 rclone node node-packages sim images promtool helm all
+#   groups: envtest cluster s3 rclone node node-packages sim images promtool helm traefik all
 #   node: kubelet, kube-proxy, containerd, runc and CNI plugins of a real node;
 #   node-packages: only the Debian packages a real node needs (apt-get, as root);
 #   sim: llm-d-inference-sim; images: the real node's image tarballs (pause,
 #   model-loader, llm-d-inference-sim) for `ctr images import`; promtool: Debian's
-#   prometheus package (promtool checks metric names and unit-tests the alerts).
+#   prometheus package (promtool checks metric names and unit-tests the alerts);
+#   traefik: the local cluster's Gateway API data plane (docs/gateway.md).
 # Prints the folder of the last group built, e.g. for KUBEBUILDER_ASSETS.
 # AIINFERENCE_CACHE overrides the cache root (default ~/.cache/aiinference-operator).
 set -euo pipefail
@@ -190,6 +191,15 @@ helm_tool() {
 	build helm helm.sh/helm/v4 helm.sh/helm/v4/cmd/helm helm -ldflags "-X helm.sh/helm/v4/internal/version.version=$version"
 }
 
+# traefik_tool: Traefik v3, the Gateway API implementation the local cluster runs
+# on the host (its kubernetesGateway provider); -X stamps `traefik version`.
+traefik_tool() {
+	local version
+	version=$(version_of traefik github.com/traefik/traefik/v3)
+	build traefik github.com/traefik/traefik/v3 github.com/traefik/traefik/v3/cmd/traefik traefik \
+		-ldflags "-X github.com/traefik/traefik/v3/pkg/version.Version=$version"
+}
+
 promtool_dir() {
 	command -v promtool >/dev/null || apt_install promtool prometheus
 	dirname "$(command -v promtool)"
@@ -202,6 +212,7 @@ for group in "$@"; do
 	promtool) last=$(promtool_dir) ;;
 	node-packages) node_packages; last="" ;;
 	helm) last=$(helm_tool) ;;
+	traefik) last=$(traefik_tool) ;;
 	all) cluster >/dev/null; s3 >/dev/null; rclone >/dev/null; node >/dev/null; last=$(images) ;;
 	*) echo "build.sh: unknown group $group" >&2; exit 2 ;;
 	esac
