@@ -92,6 +92,7 @@ type Cluster struct {
 
 	real        realNodes
 	objectStore *ObjectStore
+	gateway     *Gateway // set by StartGateway
 }
 
 // ports are the loopback ports of the components.
@@ -488,8 +489,14 @@ func (c *Cluster) logTails(n int) string {
 
 // start starts one component and records it.
 func (c *Cluster) start(name, binary string, args ...string) error {
+	return c.startEnv(name, binary, nil, args...)
+}
+
+// startEnv starts one component with env added to the environment (a later
+// entry of a variable wins) and records it.
+func (c *Cluster) startEnv(name, binary string, env []string, args ...string) error {
 	fmt.Fprintf(c.progress, "Starting %s\n", name)
-	p, err := startProcess(name, binary, args, c.logsDir)
+	p, err := startProcess(name, binary, args, env, c.logsDir)
 	if err != nil {
 		return err
 	}

@@ -493,7 +493,7 @@ func decodeProcAddr(s string) string {
 // directory left behind.
 func TestCheckStoppedSeesLeftovers(t *testing.T) {
 	dir := t.TempDir()
-	p, err := startProcess("sleep", "/bin/sh", []string{"-c", "sleep 60 & sleep 60"}, dir)
+	p, err := startProcess("sleep", "/bin/sh", []string{"-c", "sleep 60 & sleep 60"}, nil, dir)
 	if err != nil {
 		t.Fatal(err)
 	}

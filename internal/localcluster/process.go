@@ -20,14 +20,15 @@ type process struct {
 	name    string // component name, also the log file's base name
 	cmd     *exec.Cmd
 	logPath string
+	env     []string      // added to the environment; a restart adds it again
 	done    chan struct{} // closed when the process has exited and been reaped
 	err     error         // exit error; read only after done is closed
 }
 
-// startProcess starts binary with args in its own process group, with stdout and
-// stderr going to logsDir/<name>.log. The process gets SIGKILL if the thread that
+// startProcess starts binary with args in its own process group, with env
+// added to the environment, and stdout and stderr going to logsDir/<name>.log. The process gets SIGKILL if the thread that
 // started it dies, so a killed test binary or supervisor does not leave it behind.
-func startProcess(name, binary string, args []string, logsDir string) (*process, error) {
+func startProcess(name, binary string, args, env []string, logsDir string) (*process, error) {
 	logPath := filepath.Join(logsDir, name+".log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -39,12 +40,12 @@ func startProcess(name, binary string, args []string, logsDir string) (*process,
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
-	cmd.Env = os.Environ()
+	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	p := &process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	p := &process{name: name, cmd: cmd, logPath: logPath, env: env, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)

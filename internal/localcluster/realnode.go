@@ -497,7 +497,7 @@ func freePodSubnet() (*net.IPNet, error) {
 // ends it (before the control plane, being started after it).
 func (c *Cluster) startNodeProcess(logsDir, name, binary string, args ...string) error {
 	fmt.Fprintf(c.progress, "Starting %s\n", filepath.Join(filepath.Base(logsDir), name))
-	p, err := startProcess(name, binary, args, logsDir)
+	p, err := startProcess(name, binary, args, nil, logsDir)
 	if err != nil {
 		return err
 	}

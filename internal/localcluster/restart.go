@@ -25,7 +25,7 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	c.mu.Unlock()
 
 	old.stop(10 * time.Second)
-	p, err := startProcess(old.name, old.cmd.Path, old.cmd.Args[1:], c.logsDir)
+	p, err := startProcess(old.name, old.cmd.Path, old.cmd.Args[1:], old.env, c.logsDir)
 	if err != nil {
 		return err
 	}

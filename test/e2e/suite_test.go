@@ -140,6 +140,17 @@ func run(m *testing.M) int {
 	}
 	stops = append(stops, shared.stop)
 	fmt.Fprintf(os.Stderr, "Local cluster usable after %s\n", time.Since(started).Round(time.Millisecond))
+	if realNodeAsked() {
+		// The Gateway API before the operator starts, which keeps for a minute
+		// its answer to whether the cluster serves HTTPRoutes: the gateway's
+		// test (sharedGateway) would otherwise wait for it. While the operator
+		// builds.
+		if err := shared.cluster.InstallGatewayAPI(ctx, repoRoot); err != nil {
+			<-built
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
 	if err := <-built; err != nil {
 		fmt.Fprintf(os.Stderr, "building the operator: %v\n%s", err, buildLog.String())
 		return 1
