@@ -86,6 +86,11 @@ type AIInferenceSpec struct {
 	// then only the count to start from.
 	// +optional
 	Autoscaling *AutoscalingSpec `json:"autoscaling,omitempty"`
+
+	// NetworkPolicy, when enabled, limits who may call the model's engine and
+	// where its pods may connect: DNS and the model's store, for the loader.
+	// +optional
+	NetworkPolicy *NetworkPolicySpec `json:"networkPolicy,omitempty"`
 }
 
 // PodMetadata are extra labels and annotations for the pods.

@@ -61,6 +61,7 @@ type v1Fields struct {
 	Warmup           *servingv1.WarmupSpec         `json:"warmup,omitempty"`
 	Rollout          *servingv1.RolloutSpec        `json:"rollout,omitempty"`
 	Autoscaling      *servingv1.AutoscalingSpec    `json:"autoscaling,omitempty"`
+	NetworkPolicy    *servingv1.NetworkPolicySpec  `json:"networkPolicy,omitempty"`
 	Status           *v1StatusFields               `json:"status,omitempty"`
 }
 
@@ -154,6 +155,7 @@ func (src *AIInference) ConvertTo(dstRaw conversion.Hub) error {
 	dst.Spec.Engine.Warmup = saved.Warmup.DeepCopy()
 	dst.Spec.Rollout = saved.Rollout.DeepCopy()
 	dst.Spec.Autoscaling = saved.Autoscaling.DeepCopy()
+	dst.Spec.NetworkPolicy = saved.NetworkPolicy.DeepCopy()
 	if len(dst.Spec.ImagePullSecrets) == 0 {
 		dst.Spec.ImagePullSecrets = nil
 	}
@@ -214,6 +216,7 @@ func (dst *AIInference) ConvertFrom(srcRaw conversion.Hub) error {
 		Warmup:           s.Engine.Warmup.DeepCopy(),
 		Rollout:          s.Rollout.DeepCopy(),
 		Autoscaling:      s.Autoscaling.DeepCopy(),
+		NetworkPolicy:    s.NetworkPolicy.DeepCopy(),
 	}
 	if !equality.Semantic.DeepEqual(sourceFromLocation(loc), s.Model.Source) {
 		lost.Source = s.Model.Source.DeepCopy()

@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -78,6 +79,9 @@ type Options struct {
 	PrometheusURL string
 	// AutoscaleInterval is how often the autoscaler reads the engines' signals.
 	AutoscaleInterval time.Duration
+	// OperatorNamespace is where the operator's pods run ($POD_NAMESPACE), which
+	// the models' NetworkPolicies let in; "" outside the cluster.
+	OperatorNamespace string
 	// ActivatorBindAddress is where the activator listens (host:port); with
 	// ActivatorAdvertiseAddress, the IP the models' Services send to it, the
 	// activator runs and models with autoscaling.minReplicas 0 may go to zero.
@@ -120,6 +124,7 @@ func cachedChildren(cfg *rest.Config, managed cache.ByObject) map[client.Object]
 		&corev1.PersistentVolumeClaim{}: managed,
 		&appsv1.Deployment{}:            managed,
 		&discoveryv1.EndpointSlice{}:    managed,
+		&networkingv1.NetworkPolicy{}:   managed,
 	}
 	served := func(groupVersion, resource string) bool {
 		dc, err := discovery.NewDiscoveryClientForConfig(cfg)
@@ -217,10 +222,11 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		APIReader: mgr.GetAPIReader(),
 		Scheme:    scheme,
 		Recorder:  events,
-		Options:   aiinference.Options{LoaderImage: opts.LoaderImage, PrometheusURL: opts.PrometheusURL, AutoscaleInterval: opts.AutoscaleInterval},
-		Logs:      aiinference.PodLogs{Client: clientset},
-		Analyzer:  aiinference.PrometheusAnalyzer,
-		Now:       time.Now,
+		Options: aiinference.Options{LoaderImage: opts.LoaderImage, PrometheusURL: opts.PrometheusURL,
+			AutoscaleInterval: opts.AutoscaleInterval, OperatorNamespace: opts.OperatorNamespace},
+		Logs:     aiinference.PodLogs{Client: clientset},
+		Analyzer: aiinference.PrometheusAnalyzer,
+		Now:      time.Now,
 	}
 	if opts.ActivatorAdvertiseAddress != "" && opts.ActivatorBindAddress != "" && opts.ActivatorBindAddress != "0" {
 		if err := addActivator(mgr, r, opts); err != nil {

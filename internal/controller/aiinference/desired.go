@@ -62,6 +62,9 @@ type Options struct {
 	// AutoscaleInterval is how often the autoscaler reads the signals; 0:
 	// DefaultAutoscaleInterval.
 	AutoscaleInterval time.Duration
+	// OperatorNamespace is where the operator's pods run, which the models'
+	// NetworkPolicies let in; "" when it runs outside the cluster.
+	OperatorNamespace string
 }
 
 // selectorLabels select the pods of one AIInference.

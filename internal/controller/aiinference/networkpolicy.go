@@ -1,0 +1,135 @@
+package aiinference
+
+import (
+	"context"
+	"net"
+	"net/url"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/engine"
+)
+
+// OperatorPodLabel is the label of the operator's own pods (config/manager and
+// the chart), which the models' NetworkPolicies let in: the autoscaler reads
+// the engines' /metrics and the activator passes held requests on.
+const OperatorPodLabel = "app.kubernetes.io/name"
+
+// OperatorPodName is the value of OperatorPodLabel on the operator's pods.
+const OperatorPodName = "aiinference-operator"
+
+// desiredNetworkPolicies are the model's NetworkPolicies with
+// spec.networkPolicy enabled: one that lets in only the listed peers and the
+// operator, on the engine's ports, and one that lets the pods out only to DNS
+// and the model's store. operatorNamespace is where the operator's pods run
+// ("" when it runs outside the cluster: no peer names it).
+func desiredNetworkPolicies(obj *servingv1.AIInference, eng engine.Engine, operatorNamespace string) (ingress, egress *networkingv1.NetworkPolicy) {
+	pods := metav1.LabelSelector{MatchLabels: selectorLabels(obj)}
+	from := append([]networkingv1.NetworkPolicyPeer(nil), obj.Spec.NetworkPolicy.From...)
+	if operatorNamespace != "" {
+		from = append(from, networkingv1.NetworkPolicyPeer{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: operatorNamespace}},
+			PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{OperatorPodLabel: OperatorPodName}},
+		})
+	}
+	ports := []networkingv1.NetworkPolicyPort{tcpPort(enginePort(obj, eng))}
+	if p := eng.MetricsPort(); p != 0 {
+		ports = append(ports, tcpPort(p))
+	}
+	ingress = &networkingv1.NetworkPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: networkingv1.SchemeGroupVersion.String(), Kind: "NetworkPolicy"},
+		ObjectMeta: childMeta(obj, obj.Name+"-ingress"),
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: pods,
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: from, Ports: ports}},
+		},
+	}
+	dns := networkingv1.NetworkPolicyEgressRule{Ports: []networkingv1.NetworkPolicyPort{
+		{Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To(intstr.FromInt32(53))}, tcpPort(53)}}
+	rules := []networkingv1.NetworkPolicyEgressRule{dns}
+	if store, ok := storeEgress(obj.Spec.Model.Source); ok {
+		rules = append(rules, store)
+	}
+	egress = &networkingv1.NetworkPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: networkingv1.SchemeGroupVersion.String(), Kind: "NetworkPolicy"},
+		ObjectMeta: childMeta(obj, obj.Name+"-egress"),
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: pods,
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+			Egress:      rules,
+		},
+	}
+	return ingress, egress
+}
+
+func tcpPort(p int32) networkingv1.NetworkPolicyPort {
+	return networkingv1.NetworkPolicyPort{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(p))}
+}
+
+// storeEgress lets the loader reach its store: the store's port, to its
+// address when the source names an IP, to any address otherwise (a
+// NetworkPolicy cannot name a host). A PVC source needs none.
+func storeEgress(src servingv1.ModelSource) (networkingv1.NetworkPolicyEgressRule, bool) {
+	var raw string
+	switch {
+	case src.S3 != nil && src.S3.Endpoint != "":
+		raw = src.S3.Endpoint
+	case src.S3 != nil:
+		raw = "https://s3.amazonaws.com"
+	case src.HTTP != nil:
+		raw = src.HTTP.URL
+	default:
+		return networkingv1.NetworkPolicyEgressRule{}, false
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return networkingv1.NetworkPolicyEgressRule{}, false
+	}
+	port := 443
+	if u.Scheme == "http" {
+		port = 80
+	}
+	if p, err := strconv.Atoi(u.Port()); err == nil {
+		port = p
+	}
+	rule := networkingv1.NetworkPolicyEgressRule{Ports: []networkingv1.NetworkPolicyPort{tcpPort(int32(port))}}
+	if ip := net.ParseIP(u.Hostname()); ip != nil {
+		bits := 32
+		if ip.To4() == nil {
+			bits = 128
+		}
+		rule.To = []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: ip.String() + "/" + strconv.Itoa(bits)}}}
+	}
+	return rule, true
+}
+
+// reconcileNetworkPolicies writes the model's NetworkPolicies while
+// spec.networkPolicy is enabled, and removes them when it is not.
+func (r *Reconciler) reconcileNetworkPolicies(ctx context.Context, s *scope) error {
+	np := s.obj.Spec.NetworkPolicy
+	if np == nil {
+		np = &servingv1.NetworkPolicySpec{}
+	}
+	obj := s.obj.DeepCopy()
+	obj.Spec.NetworkPolicy = np
+	ingress, egress := desiredNetworkPolicies(obj, s.engine, r.Options.OperatorNamespace)
+	for _, policy := range []*networkingv1.NetworkPolicy{ingress, egress} {
+		var err error
+		if np.Enabled {
+			_, err = r.apply(ctx, s, policy, &networkingv1.NetworkPolicy{})
+		} else {
+			err = r.deleteOwned(ctx, s, policy, &networkingv1.NetworkPolicy{})
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
