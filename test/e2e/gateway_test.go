@@ -121,7 +121,8 @@ func TestRealNodeGatewayCarriesTheCanarySplit(t *testing.T) {
 	// The canary's only pod goes (deleted, as a drain or an eviction does: out
 	// of its Service's ready endpoints at once, serving on through its preStop
 	// sleep) and its Deployment makes another. Until that one is ready the
-	// canary has no ready endpoint, and its weight stays 50.
+	// canary has no ready endpoint, and the operator routes its share to the
+	// stable pods (weight 0) once it has seen the pod go.
 	var canaryPod *corev1.Pod
 	for _, p := range servingPods(g, obj) {
 		if track(p.Name) == "canary" {

@@ -297,3 +297,27 @@ func TestGatewayTrafficWithoutTheGatewayAPIStalls(t *testing.T) {
 		t.Fatalf("Stalled: %+v; want TrafficAPIMissing saying what to install", stalled)
 	}
 }
+
+// The route sends no share to a track with no serving pod, while the other has one.
+func TestTheRouteSkipsATrackWithNoServingPod(t *testing.T) {
+	serving := func(canary bool) podView { return podView{Serves: true, Canary: canary} }
+	cases := []struct {
+		name string
+		pods []podView
+		want int32
+	}{
+		{"both serve", []podView{serving(false), serving(true)}, 30},
+		{"the canary's pod is gone", []podView{serving(false)}, 0},
+		{"the canary's pod does not serve", []podView{serving(false), {Canary: true}}, 0},
+		{"no stable pod serves", []podView{serving(true), {}}, 100},
+		{"nothing serves", nil, 30},
+	}
+	for _, c := range cases {
+		if got := routedWeight(30, observation{podsSeen: true, pods: c.pods}); got != c.want {
+			t.Errorf("%s: routed %d%%, want %d%%", c.name, got, c.want)
+		}
+	}
+	if got := routedWeight(30, observation{}); got != 30 {
+		t.Errorf("pods not seen: routed %d%%, want the step's 30%%", got)
+	}
+}

@@ -192,6 +192,35 @@ type apiSeen struct {
 	at     time.Time
 }
 
+// routedWeight is the canary's weight the route carries: the step's, but none
+// while no canary pod serves and all while no stable pod does. A Gateway sends
+// a backend's share whether or not it has a ready endpoint, and answers it 503
+// when it has none (Traefik does, seen on the real node): a crash, an eviction
+// or a restart of the canary's pod would cost its whole share. The step's own
+// weight and clock stay in status.rollout.
+func routedWeight(step int32, obs observation) int32 {
+	if !obs.podsSeen {
+		return step
+	}
+	var canary, stable int32
+	for _, p := range obs.pods {
+		switch {
+		case !p.Serves:
+		case p.Canary:
+			canary++
+		default:
+			stable++
+		}
+	}
+	switch {
+	case canary == 0 && stable > 0:
+		return 0
+	case stable == 0 && canary > 0:
+		return 100
+	}
+	return step
+}
+
 // reconcileTraffic writes the route and its backends for the canary weight of
 // this pass, and removes those the spec no longer asks for.
 func (r *Reconciler) reconcileTraffic(ctx context.Context, s *scope) error {
@@ -202,7 +231,7 @@ func (r *Reconciler) reconcileTraffic(ctx context.Context, s *scope) error {
 	}
 	var weight int32
 	if plan := s.obs.rollout; plan.canaryActive() {
-		weight = plan.status.Weight
+		weight = routedWeight(plan.status.Weight, s.obs)
 	}
 	type child struct {
 		want     bool
