@@ -100,6 +100,14 @@ func TestRealNodeGatewayCarriesTheCanarySplit(t *testing.T) {
 			g.Expect(got.Status.Rollout.Weight).To(Equal(weight))
 		})
 		waitWeights(100-int(weight), int(weight))
+		// The weights can reach Traefik before the canary Service's ready
+		// endpoint does (both come from its reads of the cluster, and the
+		// EndpointSlice follows the pod's readiness): until then the canary's
+		// share is answered 503. The split is measured once a canary pod answers.
+		g.Eventually(func() (string, error) {
+			pod, err := gatewayComplete(httpClient, gw.URL, obj.Spec.Model.Name)
+			return track(pod), err
+		}).WithTimeout(time.Minute).WithPolling(100*time.Millisecond).Should(Equal("canary"), "a canary pod answers through the Gateway")
 		at(fmt.Sprintf("step %d at %d%%, applied by the Gateway", step+1, weight))
 	}
 
