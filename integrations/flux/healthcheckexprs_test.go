@@ -4,20 +4,18 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/aiinference/operator/integrations/captured"
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/ext"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/yaml"
 )
 
 // The objects captured from the operator (CAPTURE=1 in integrations/argocd).
-const testdata = "../argocd/resource_customizations/serving.aiinference.io/AIInference/testdata"
 
 // kstatus's results, as Flux names them.
 const (
@@ -118,24 +116,6 @@ func evaluate(t *testing.T, e healthCheckExprs, obj map[string]any) (string, err
 	return inProgress, nil
 }
 
-// load reads a captured object as Flux sees one: integers as int64.
-func load(t *testing.T, name string) map[string]any {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testdata, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	j, err := yaml.YAMLToJSON(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	obj := map[string]any{}
-	if err := utiljson.Unmarshal(j, &obj); err != nil {
-		t.Fatal(err)
-	}
-	return obj
-}
-
 // TestHealthCheckExprs evaluates the example against every captured state.
 func TestHealthCheckExprs(t *testing.T) {
 	e := exampleExprs(t)
@@ -152,13 +132,13 @@ func TestHealthCheckExprs(t *testing.T) {
 		"suspended_inconclusive.yaml":       inProgress, // Stalled, but waiting for promote or abort
 		"degraded_rolledBack.yaml":          failed,
 	}
-	files, _ := filepath.Glob(filepath.Join(testdata, "*.yaml"))
+	files := captured.Names(t)
 	if len(files) != len(want) {
 		t.Errorf("%d captured objects, %d expectations: give every captured state one", len(files), len(want))
 	}
 	for name, status := range want {
 		t.Run(name, func(t *testing.T) {
-			got, err := evaluate(t, e, load(t, name))
+			got, err := evaluate(t, e, captured.Object(t, name).Object)
 			if got != status {
 				t.Errorf("%s (error: %v), want %s", got, err, status)
 			}
@@ -178,7 +158,7 @@ func TestHealthCheckExprs(t *testing.T) {
 // reports as an error and counts as not ready until its timeout.
 func TestNewObjectIsNeverCurrent(t *testing.T) {
 	e := exampleExprs(t)
-	obj := load(t, "progressing_notObserved.yaml")
+	obj := captured.Object(t, "progressing_notObserved.yaml").Object
 	if observed, ok, _ := unstructured.NestedInt64(obj, "status", "observedGeneration"); !ok || observed != -1 {
 		t.Fatalf("the captured new object reads status.observedGeneration %d (set: %v); want -1, the CRD's default", observed, ok)
 	}
@@ -213,7 +193,7 @@ func TestDocsShowTheExample(t *testing.T) {
 // test of Ready's status; this one is the captured Ready object with Ready
 // turned False in memory, and must not be Current.
 func TestCurrentNeedsReadyTrue(t *testing.T) {
-	obj := load(t, "healthy_ready.yaml")
+	obj := captured.Object(t, "healthy_ready.yaml").Object
 	conditions, _, _ := unstructured.NestedSlice(obj, "status", "conditions")
 	for _, c := range conditions {
 		if c := c.(map[string]any); c["type"] == "Ready" {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -19,10 +18,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/integrations/captured"
 )
 
 // The objects captured from the operator (CAPTURE=1 in integrations/argocd).
-const testdata = "../argocd/resource_customizations/serving.aiinference.io/AIInference/testdata"
 
 // templateGenerationAnnotation is what Karmada stamps on a member's object:
 // the generation of the resource template it was made from.
@@ -86,37 +85,6 @@ func scripts(t *testing.T) map[string]string {
 	return s
 }
 
-// captured reads a captured object as Karmada reads one from a cluster.
-func captured(t *testing.T, name string) *unstructured.Unstructured {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testdata, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	j, err := yaml.YAMLToJSON(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(j); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return u
-}
-
-func capturedNames(t *testing.T) []string {
-	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(testdata, "*.yaml"))
-	if len(files) == 0 {
-		t.Fatal("no captured objects")
-	}
-	var names []string
-	for _, f := range files {
-		names = append(names, filepath.Base(f))
-	}
-	return names
-}
-
 // typed is the object as the operator's types read it.
 func typed(t *testing.T, u *unstructured.Unstructured) *servingv1.AIInference {
 	t.Helper()
@@ -153,9 +121,9 @@ func TestCustomizationTargetsAIInference(t *testing.T) {
 func TestGetReplicas(t *testing.T) {
 	script := scripts(t)["GetReplicas"]
 	gpuToleration := corev1.Toleration{Key: string(servingv1.GPUResource), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
-	for _, name := range capturedNames(t) {
+	for _, name := range captured.Names(t) {
 		t.Run(name, func(t *testing.T) {
-			obj := captured(t, name)
+			obj := captured.Object(t, name)
 			o := typed(t, obj)
 			replicas, req, err := getReplicas(script, obj)
 			if err != nil {
@@ -177,7 +145,7 @@ func TestGetReplicas(t *testing.T) {
 	}
 
 	t.Run("requests, node selector and tolerations", func(t *testing.T) {
-		obj := captured(t, "healthy_ready.yaml")
+		obj := captured.Object(t, "healthy_ready.yaml")
 		spec := obj.Object["spec"].(map[string]any)
 		spec["replicas"] = int64(4)
 		spec["gpu"] = map[string]any{"count": int64(2)}
@@ -200,7 +168,7 @@ func TestGetReplicas(t *testing.T) {
 	})
 
 	t.Run("on CPU, nothing asked", func(t *testing.T) {
-		obj := captured(t, "healthy_ready.yaml")
+		obj := captured.Object(t, "healthy_ready.yaml")
 		spec := obj.Object["spec"].(map[string]any)
 		delete(spec, "replicas")
 		spec["gpu"] = map[string]any{}
@@ -219,9 +187,9 @@ func TestGetReplicas(t *testing.T) {
 // else, empty maps (spec.resources, a canary's pause step) included.
 func TestReviseReplica(t *testing.T) {
 	script := scripts(t)["ReviseReplica"]
-	for _, name := range capturedNames(t) {
+	for _, name := range captured.Names(t) {
 		t.Run(name, func(t *testing.T) {
-			obj := captured(t, name)
+			obj := captured.Object(t, name)
 			got, err := reviseReplica(script, obj.DeepCopy(), 3)
 			if err != nil {
 				t.Fatal(err)
@@ -245,9 +213,9 @@ var reflectedKeys = []string{"observedGeneration", "replicas", "readyReplicas", 
 // operator wrote them, and the generations the aggregation compares.
 func TestReflectStatus(t *testing.T) {
 	script := scripts(t)["ReflectStatus"]
-	for _, name := range capturedNames(t) {
+	for _, name := range captured.Names(t) {
 		t.Run(name, func(t *testing.T) {
-			obj := captured(t, name)
+			obj := captured.Object(t, name)
 			annotations := obj.GetAnnotations()
 			if annotations == nil {
 				annotations = map[string]string{}
@@ -282,7 +250,7 @@ func TestReflectStatus(t *testing.T) {
 		})
 	}
 	t.Run("no status", func(t *testing.T) {
-		obj := captured(t, "progressing_notObserved.yaml")
+		obj := captured.Object(t, "progressing_notObserved.yaml")
 		delete(obj.Object, "status")
 		got, err := reflectStatus(script, obj)
 		if err != nil || len(got) != 0 {
@@ -295,7 +263,7 @@ func TestReflectStatus(t *testing.T) {
 // template of templateGeneration, its status reflected as Karmada reflects it.
 func member(t *testing.T, cluster, name string, templateGeneration int64) aggregatedStatusItem {
 	t.Helper()
-	obj := captured(t, name)
+	obj := captured.Object(t, name)
 	annotations := obj.GetAnnotations()
 	if annotations == nil {
 		annotations = map[string]string{}
@@ -372,7 +340,7 @@ func TestAggregateStatus(t *testing.T) {
 		want: want{phase: "Pending", reason: "NotPropagated", readyStatus: "False", messagePrefix: "No member cluster", observedGeneration: -1},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			template := captured(t, "progressing_notObserved.yaml")
+			template := captured.Object(t, "progressing_notObserved.yaml")
 			got, err := aggregateStatus(script, template.DeepCopy(), tc.members)
 			if err != nil {
 				t.Fatal(err)
@@ -456,13 +424,13 @@ func TestInterpretHealth(t *testing.T) {
 		"suspended_pausedByHand.yaml":       true,
 		"suspended_inconclusive.yaml":       true,
 	}
-	names := capturedNames(t)
+	names := captured.Names(t)
 	if len(names) != len(want) {
 		t.Errorf("%d captured objects, %d expectations: give every captured state one", len(names), len(want))
 	}
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
-			got, err := interpretHealth(script, captured(t, name))
+			got, err := interpretHealth(script, captured.Object(t, name))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -472,7 +440,7 @@ func TestInterpretHealth(t *testing.T) {
 		})
 	}
 	t.Run("no status", func(t *testing.T) {
-		obj := captured(t, "healthy_ready.yaml")
+		obj := captured.Object(t, "healthy_ready.yaml")
 		delete(obj.Object, "status")
 		if got, err := interpretHealth(script, obj); got || err != nil {
 			t.Errorf("healthy %v, %v; want false", got, err)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -20,10 +19,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/integrations/captured"
 )
 
 // The objects captured from the operator (CAPTURE=1 in integrations/argocd).
-const testdata = "../argocd/resource_customizations/serving.aiinference.io/AIInference/testdata"
 
 // feedbackNames are the status fields a hub reads, each a scalar.
 var feedbackNames = []string{"readyReplicas", "replicas", "phase", "reason", "endpoint", "servingRevision", "observedGeneration"}
@@ -66,38 +65,6 @@ func jsonPaths(t *testing.T, c workv1.ManifestConfigOption) []workv1.JsonPath {
 		paths = append(paths, r.JsonPaths...)
 	}
 	return paths
-}
-
-// captured reads a captured object as OCM's work agent reads one (the
-// dynamic client: integers are int64).
-func captured(t *testing.T, name string) *unstructured.Unstructured {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testdata, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	j, err := yaml.YAMLToJSON(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(j); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return u
-}
-
-func capturedNames(t *testing.T) []string {
-	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(testdata, "*.yaml"))
-	if len(files) == 0 {
-		t.Fatal("no captured objects")
-	}
-	var names []string
-	for _, f := range files {
-		names = append(names, filepath.Base(f))
-	}
-	return names
 }
 
 // TestManifestWorkShape: the ManifestWork decodes into OCM's types, carries
@@ -191,9 +158,9 @@ func feedbackValue(path workv1.JsonPath, obj *unstructured.Unstructured) ([]any,
 // nothing (no value reported) where it did not; the Ready object has all.
 func TestFeedbackJSONPaths(t *testing.T) {
 	paths := jsonPaths(t, theConfig(t, loadWork(t)))
-	for _, name := range capturedNames(t) {
+	for _, name := range captured.Names(t) {
 		t.Run(name, func(t *testing.T) {
-			obj := captured(t, name)
+			obj := captured.Object(t, name)
 			var absent []string
 			for _, p := range paths {
 				values, err := feedbackValue(p, obj)
@@ -325,9 +292,9 @@ func TestConditionRule(t *testing.T) {
 		"progressing_notObserved.yaml":      "Waiting for the operator to observe generation 1",
 		"progressing_generationBehind.yaml": "Waiting for the operator to observe generation 2",
 	}
-	for _, name := range capturedNames(t) {
+	for _, name := range captured.Names(t) {
 		t.Run(name, func(t *testing.T) {
-			obj := captured(t, name)
+			obj := captured.Object(t, name)
 			got := condition(t, *ready, obj)
 			wantStatus := metav1.ConditionFalse
 			if trueFor[name] {
@@ -343,7 +310,7 @@ func TestConditionRule(t *testing.T) {
 		})
 	}
 	t.Run("no status", func(t *testing.T) {
-		obj := captured(t, "healthy_ready.yaml")
+		obj := captured.Object(t, "healthy_ready.yaml")
 		delete(obj.Object, "status")
 		got := condition(t, *ready, obj)
 		if got.Status != metav1.ConditionFalse || got.Reason != workv1.ConditionRuleEvaluated {
