@@ -5,6 +5,9 @@
 // `model-loader warmup ...` is the warm-up gate from the same image: a sidecar
 // that holds the pod's readiness until the engine has answered one real
 // completion (see internal/warmup).
+//
+// `model-loader node-cache ...` is the node-local model cache's CSI plugin, one
+// per node (see internal/nodecache).
 package main
 
 import (
@@ -12,6 +15,7 @@ import (
 	"os"
 
 	"github.com/aiinference/operator/internal/loader"
+	"github.com/aiinference/operator/internal/nodecache"
 	"github.com/aiinference/operator/internal/version"
 	"github.com/aiinference/operator/internal/warmup"
 )
@@ -23,6 +27,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "warmup" {
 		os.Exit(warmup.Main(os.Args[2:], os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "node-cache" {
+		os.Exit(nodecache.Main(os.Args[2:], os.Stderr))
 	}
 	os.Exit(loader.Main(os.Args[1:], os.Stderr))
 }
