@@ -5,7 +5,7 @@
 # A binary already in the cache is reused, so only the first run pays the build.
 #
 # Usage: hack/tools/build.sh GROUP...
-#   groups: envtest cluster s3 rclone node node-packages sim images promtool helm traefik all
+#   groups: envtest cluster s3 rclone node node-packages sim images promtool helm traefik netpol kube-network-policies all
 #   node: kubelet, kube-proxy, containerd, runc and CNI plugins of a real node;
 #   node-packages: only the Debian packages a real node needs (apt-get, as root);
 #   sim: llm-d-inference-sim; images: the real node's image tarballs (pause,
@@ -200,6 +200,26 @@ traefik_tool() {
 		-ldflags "-X github.com/traefik/traefik/v3/pkg/version.Version=$version"
 }
 
+# netpol_tool: kube-router's network policy controller (its firewall alone:
+# iptables and ipset), the local cluster's NetworkPolicy implementation on the
+# real nodes (Cluster.StartNetworkPolicy, docs/security.md); it runs the ipset
+# command, which node-packages does not install. -X stamps its version.
+netpol_tool() {
+	local version
+	version=$(version_of kube-router github.com/cloudnativelabs/kube-router/v2)
+	command -v ipset >/dev/null || apt_install kube-router ipset
+	build kube-router github.com/cloudnativelabs/kube-router/v2 github.com/cloudnativelabs/kube-router/v2/cmd/kube-router kube-router \
+		-ldflags "-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$version"
+}
+
+# kube_network_policies_tool: sigs.k8s.io/kube-network-policies, built to verify
+# it on this kernel: it queues packets with nftables' queue expression, which
+# this kernel lacks (CONFIG_NFT_QUEUE is not set), so it enforces nothing here
+# and the local cluster runs kube-router instead (docs/security.md).
+kube_network_policies_tool() {
+	build kube-network-policies sigs.k8s.io/kube-network-policies sigs.k8s.io/kube-network-policies/cmd kube-network-policies
+}
+
 promtool_dir() {
 	command -v promtool >/dev/null || apt_install promtool prometheus
 	dirname "$(command -v promtool)"
@@ -213,6 +233,8 @@ for group in "$@"; do
 	node-packages) node_packages; last="" ;;
 	helm) last=$(helm_tool) ;;
 	traefik) last=$(traefik_tool) ;;
+	netpol) last=$(netpol_tool) ;;
+	kube-network-policies) last=$(kube_network_policies_tool) ;;
 	all) cluster >/dev/null; s3 >/dev/null; rclone >/dev/null; node >/dev/null; last=$(images) ;;
 	*) echo "build.sh: unknown group $group" >&2; exit 2 ;;
 	esac
