@@ -68,14 +68,14 @@ func (l *run) prepare(obj *Object, st *fileState, old *marker) (*fileTask, error
 			}
 		}
 		if fi, err := os.Stat(final); err == nil && fi.Mode().IsRegular() && fi.Size() == obj.Size {
-			l.recordDone(obj, cmp.Or(st.Check, check.name)) // the check it passed
+			l.recordDone(obj, cmp.Or(st.Check, check.name), fi) // the check it passed
 			l.present.Add(obj.Size)
 			return nil, nil
 		}
 	}
 	if mf, ok := old.vouchesFor(*obj); ok {
-		if fi, err := os.Stat(final); err == nil && fi.Mode().IsRegular() && fi.Size() == obj.Size {
-			l.recordDone(obj, mf.Check)
+		if fi, err := os.Stat(final); err == nil && mf.unchanged(fi, obj.Size) {
+			l.recordDone(obj, mf.Check, fi)
 			l.present.Add(obj.Size)
 			return nil, nil
 		}
@@ -479,7 +479,11 @@ func (l *run) finalize(ctx context.Context, t *fileTask) error {
 	if err := moveIntoPlace(t.tmp, t.final); err != nil {
 		return fileErr(t.obj.Path, err)
 	}
-	l.recordDone(t.obj, t.check.name)
+	placed, err := os.Stat(t.final)
+	if err != nil {
+		return fileErr(t.obj.Path, err)
+	}
+	l.recordDone(t.obj, t.check.name, placed)
 	return nil
 }
 

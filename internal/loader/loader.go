@@ -442,12 +442,12 @@ func (l *run) failure(ctx context.Context) error {
 	return nil
 }
 
-// recordDone notes a file verified and in place.
-func (l *run) recordDone(obj *Object, check string) {
+// recordDone notes a file verified and in place, as it is on disk now.
+func (l *run) recordDone(obj *Object, check string, fi os.FileInfo) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.checks[check]++
-	l.done = append(l.done, markerFile{Path: obj.Path, Size: obj.Size, ETag: obj.ETag, Check: check})
+	l.done = append(l.done, markerFile{Path: obj.Path, Size: obj.Size, ETag: obj.ETag, Check: check, Stamp: fileStamp(fi)})
 }
 
 // startProgress logs bytes, percent, rate and ETA at a steady interval.

@@ -286,6 +286,25 @@ func TestCacheHitAndRepair(t *testing.T) {
 		t.Errorf("repair run %+v: want only %s (%d bytes) fetched", s, lost, fi.Size())
 	}
 	assertSameTree(t, dest)
+
+	// One file corrupted in place, its size kept (a shared cache written by
+	// someone else, a bad disk): not vouched for any more, fetched again.
+	f, err := os.OpenFile(filepath.Join(dest, lost), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("corrupt"), 1000); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	s, err = runInProcess(t, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.CacheHit || s.BytesFetched != fi.Size() {
+		t.Errorf("run after a corruption %+v: want only %s (%d bytes) fetched", s, lost, fi.Size())
+	}
+	assertSameTree(t, dest)
 }
 
 // journalledBytes is how many bytes the journal (and the files already in place)

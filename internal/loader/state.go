@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/aiinference/operator/internal/loadspec"
@@ -143,6 +144,26 @@ type markerFile struct {
 	// Check names how the file was verified (see checkFor): sha256, crc64nvme, md5,
 	// multipartETag, size, ...
 	Check string `json:"check"`
+	// Stamp is the file's inode and modification time once verified and in
+	// place: a destination that outlives the pod (a PVC, the node's cache) can
+	// be written by others afterwards, and a file written since is no longer
+	// vouched for, whatever its size.
+	Stamp string `json:"stamp,omitempty"`
+}
+
+// fileStamp is a file's inode and modification time (ns).
+func fileStamp(fi os.FileInfo) string {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return fmt.Sprintf("%d:%d", st.Ino, fi.ModTime().UnixNano())
+	}
+	return fmt.Sprintf("%d", fi.ModTime().UnixNano())
+}
+
+// unchanged tells whether the file on disk is the one the marker vouched for:
+// a regular file of its size, not written since (markers written before stamps
+// vouch by size).
+func (f markerFile) unchanged(fi os.FileInfo, size int64) bool {
+	return fi.Mode().IsRegular() && fi.Size() == size && (f.Stamp == "" || f.Stamp == fileStamp(fi))
 }
 
 // marker is the content of loadspec.CompleteMarker, written last.
@@ -181,7 +202,7 @@ func (m *marker) matches(dest string, objs []Object) bool {
 			return false
 		}
 		st, err := os.Stat(filepath.Join(dest, filepath.FromSlash(o.Path)))
-		if err != nil || !st.Mode().IsRegular() || st.Size() != o.Size {
+		if err != nil || !f.unchanged(st, o.Size) {
 			return false
 		}
 	}
