@@ -17,6 +17,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="self.engine.type != 'TGI' || !has(self.rollout) || !has(self.rollout.canary) || self.rollout.canary.steps.all(s, !has(s.analysis) || s.analysis.checks.all(c, !has(c.metric) || c.metric != 'TimeToFirstToken'))",message="TGI exports no time-to-first-token metric: use metric EndToEndLatency or InterTokenLatency, or a query over tgi_request_queue_duration and tgi_batch_inference_duration, instead of TimeToFirstToken"
 // +kubebuilder:validation:XValidation:rule="self.engine.type != 'Triton' || !has(self.rollout) || !has(self.rollout.canary) || self.rollout.canary.steps.all(s, !has(s.analysis) || s.analysis.checks.all(c, !has(c.metric) || c.metric != 'InterTokenLatency'))",message="Triton exports no inter-token latency metric: use metric TimeToFirstToken or EndToEndLatency, or a query over your backend's own metrics, instead of InterTokenLatency"
 // +kubebuilder:validation:XValidation:rule="!has(self.cache) || self.cache.type != 'Memory' || !has(self.model.size) || quantity(string(self.model.size)).compareTo(quantity('64Gi')) <= 0",message="cache.type Memory keeps the weights in RAM and is only for models up to 64Gi; use cache.type Disk or PVC for a model of this size"
+// +kubebuilder:validation:XValidation:rule="!has(self.cache) || self.cache.type != 'Node' || !has(self.model.source.pvc)",message="cache.type Node keeps a copy of a downloaded model on each node; a model.source.pvc is read in place and has nothing to copy: use cache.type Disk, or an s3 or http source"
 // +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || !has(self.rollout) || self.rollout.strategy != 'Canary'",message="autoscaling and rollout.strategy Canary cannot be combined yet: the canary's share is sized from a fixed replica count; use the Rolling strategy with autoscaling, or remove autoscaling"
 // +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || self.engine.type == 'vLLM' || !has(self.autoscaling.targets.kvCacheUtilization)",message="autoscaling.targets.kvCacheUtilization needs vLLM's vllm:kv_cache_usage_perc; TGI and Triton export no KV-cache utilisation: use queueDepth (or runningRequests with TGI)"
 // +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || self.engine.type != 'Triton' || !has(self.autoscaling.targets.runningRequests)",message="autoscaling.targets.runningRequests: Triton exports no gauge of running requests: use queueDepth (nv_inference_pending_request_count)"
@@ -325,7 +326,7 @@ type GPUSpec struct {
 }
 
 // CacheType is where the weights are kept in the pod.
-// +kubebuilder:validation:Enum=Memory;Disk;PVC
+// +kubebuilder:validation:Enum=Memory;Disk;PVC;Node
 type CacheType string
 
 // Cache types.
@@ -336,6 +337,11 @@ const (
 	CacheDisk CacheType = "Disk"
 	// CachePVC is a PersistentVolumeClaim, which survives pod restarts.
 	CachePVC CacheType = "PVC"
+	// CacheNode is the node's model cache (installed with the chart's
+	// modelCache values): the pods of a model on one node share one copy on the
+	// node's disk, downloaded once and kept, verified, after the pods are gone,
+	// within the node's budget. Scheduling prefers nodes that hold a copy.
+	CacheNode CacheType = "Node"
 )
 
 // CacheSpec is where the weights are kept in the pod.

@@ -151,7 +151,7 @@ func loaderConfig(obj *servingv1.AIInference) loadspec.Config {
 		SHA256Manifest: obj.Spec.Model.SHA256Manifest,
 		// A PVC cache outlives the pod: its complete marker must never stand over
 		// data a node crash lost. An emptyDir dies with the pod and needs no flush.
-		Fsync: resolvedCache(obj).Type == servingv1.CachePVC,
+		Fsync: resolvedCache(obj).Type == servingv1.CachePVC || resolvedCache(obj).Type == servingv1.CacheNode,
 	}
 	src := obj.Spec.Model.Source
 	switch {
@@ -306,7 +306,7 @@ func podTemplate(obj *servingv1.AIInference, eng engine.Engine, opts Options) co
 			ImagePullSecrets:   spec.ImagePullSecrets,
 			NodeSelector:       spec.NodeSelector,
 			Tolerations:        tolerations,
-			Affinity:           gpuAffinity(spec.GPU),
+			Affinity:           withNodeCachePreference(gpuAffinity(spec.GPU), obj),
 			SecurityContext: &corev1.PodSecurityContext{
 				FSGroup:             ptr.To[int64](loaderUID),
 				FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
@@ -637,6 +637,8 @@ func volumes(obj *servingv1.AIInference) []corev1.Volume {
 			claim = cachePVCName(obj)
 		}
 		cacheSource.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}
+	case servingv1.CacheNode:
+		cacheSource.CSI = nodeCacheVolume(obj)
 	default:
 		cacheSource.EmptyDir = &corev1.EmptyDirVolumeSource{SizeLimit: emptyDirLimit(obj, cache)}
 	}

@@ -13,6 +13,7 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/engine"
+	"github.com/aiinference/operator/internal/nodecache"
 )
 
 func sampleInference() *servingv1.AIInference {
@@ -314,4 +315,44 @@ func TestLoaderMemoryLimitCountsAMemoryCache(t *testing.T) {
 	obj.Spec.Cache = &servingv1.CacheSpec{Type: servingv1.CacheDisk}
 	disk := loaderMemoryLimit(obj)
 	g.Expect(disk.String()).To(Equal("512Mi"))
+}
+
+func TestNodeCacheVolumeAndPreference(t *testing.T) {
+	obj := sampleInference()
+	obj.Spec.Model.Source.S3.Endpoint = "http://store.storage:9000"
+	obj.Spec.Model.Size = ptr.To(resource.MustParse("2Gi"))
+	obj.Spec.Cache = &servingv1.CacheSpec{Type: servingv1.CacheNode}
+	eng, _ := engine.For(obj.Spec.Engine.Type)
+	pod := podTemplate(obj, eng, Options{}).Spec
+	csi := pod.Volumes[0].CSI
+	if pod.Volumes[0].Name != cacheVolume || csi == nil || csi.Driver != nodecache.DriverName ||
+		csi.VolumeAttributes[nodecache.AttrSource] != "s3://models/llama/" || csi.VolumeAttributes[nodecache.AttrEndpoint] != "http://store.storage:9000" ||
+		csi.VolumeAttributes[nodecache.AttrSizeBytes] != "2147483648" || (csi.ReadOnly != nil && *csi.ReadOnly) {
+		t.Fatalf("cache volume %+v, want the node cache's inline volume, writable, with the source, endpoint and size", pod.Volumes[0])
+	}
+	for _, c := range pod.Containers {
+		for _, m := range c.VolumeMounts {
+			if m.Name == cacheVolume && !m.ReadOnly {
+				t.Errorf("container %s mounts the node's copy writable", c.Name)
+			}
+		}
+	}
+	preferred := pod.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution
+	last := preferred[len(preferred)-1]
+	want := nodecache.NodeLabel(nodecache.Key("ml", "s3://models/llama/", "http://store.storage:9000"))
+	if last.Weight != nodeCacheWeight || last.Preference.MatchExpressions[0].Key != want || last.Preference.MatchExpressions[0].Operator != corev1.NodeSelectorOpExists {
+		t.Errorf("preference %+v, want nodes labelled %s", last, want)
+	}
+	if pod.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0].Key != servingv1.GPUProductLabel {
+		t.Error("the node cache changed what is required")
+	}
+	if !loaderConfig(obj).Fsync {
+		t.Error("a copy that outlives the pod is not flushed")
+	}
+	// Another namespace's pods never share (or write) this copy.
+	other := obj.DeepCopy()
+	other.Namespace = "other"
+	if nodeCacheKey(other) == nodeCacheKey(obj) {
+		t.Error("two namespaces share a copy")
+	}
 }

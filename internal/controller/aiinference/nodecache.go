@@ -1,0 +1,65 @@
+package aiinference
+
+import (
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/nodecache"
+)
+
+// nodeCacheWeight is the scheduler's preference for a node that holds a
+// complete copy of the model: as much as for the first GPU product, so a node
+// of the second product with the copy wins over one of the first without
+// (a download of minutes costs more than the product order says).
+const nodeCacheWeight = 100
+
+// nodeCacheKey is the key of the model's copies on the nodes (see nodecache.Key).
+func nodeCacheKey(obj *servingv1.AIInference) string {
+	source, endpoint := nodeCacheSource(obj)
+	return nodecache.Key(obj.Namespace, source, endpoint)
+}
+
+func nodeCacheSource(obj *servingv1.AIInference) (source, endpoint string) {
+	config := loaderConfig(obj)
+	if config.S3 != nil {
+		endpoint = config.S3.Endpoint
+	}
+	return config.Source, endpoint
+}
+
+// nodeCacheVolume is the pod's cache volume from the node's model cache: the
+// node plugin mounts the node's copy of this model there, which the loader
+// writes and the engine reads.
+func nodeCacheVolume(obj *servingv1.AIInference) *corev1.CSIVolumeSource {
+	source, endpoint := nodeCacheSource(obj)
+	attrs := map[string]string{nodecache.AttrSource: source}
+	if endpoint != "" {
+		attrs[nodecache.AttrEndpoint] = endpoint
+	}
+	if size := obj.Spec.Model.Size; size != nil {
+		attrs[nodecache.AttrSizeBytes] = strconv.FormatInt(size.Value(), 10)
+	}
+	return &corev1.CSIVolumeSource{Driver: nodecache.DriverName, VolumeAttributes: attrs}
+}
+
+// withNodeCachePreference adds, for a model on the node cache, the preference
+// for nodes that hold a complete copy: preferred, never required, so a model
+// still starts where no copy is.
+func withNodeCachePreference(affinity *corev1.Affinity, obj *servingv1.AIInference) *corev1.Affinity {
+	if resolvedCache(obj).Type != servingv1.CacheNode {
+		return affinity
+	}
+	if affinity == nil {
+		affinity = &corev1.Affinity{}
+	}
+	if affinity.NodeAffinity == nil {
+		affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution = append(affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution,
+		corev1.PreferredSchedulingTerm{Weight: nodeCacheWeight, Preference: corev1.NodeSelectorTerm{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: nodecache.NodeLabel(nodeCacheKey(obj)), Operator: corev1.NodeSelectorOpExists}},
+		}})
+	return affinity
+}
