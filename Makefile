@@ -83,7 +83,7 @@ REQUIRE_REAL_NODE ?= 0
 .PHONY: tools
 tools: ## Build (or reuse) every real binary and image the tests need (a real node's where the host can run one)
 	hack/tools/build.sh envtest cluster s3 images helm >/dev/null
-	if [ "$(REQUIRE_REAL_NODE)" = 1 ] || hack/real-node-host.sh 2>/dev/null; then hack/tools/build.sh node traefik >/dev/null; fi
+	if [ "$(REQUIRE_REAL_NODE)" = 1 ] || hack/real-node-host.sh 2>/dev/null; then hack/tools/build.sh node traefik netpol >/dev/null; fi
 	if [ "$$(id -u)" = 0 ] || command -v promtool >/dev/null; then hack/tools/build.sh promtool >/dev/null; fi
 
 # Test binaries that run at once: most wait on API servers and clusters rather
@@ -165,6 +165,11 @@ bench-autoscale: tools ## The autoscaler: on a real node a step of load to a sec
 bench-gateway: tools ## A canary's split through a real Gateway (Traefik) to real-node pods: the share at each step, failed requests during promotion, abort and a canary with no ready pod (root, cgroup v1)
 	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeGatewayCarriesTheCanarySplit' -count=1 -timeout 20m -v \
 		| grep -E 'gateway figure|^(--- |ok|FAIL)'
+
+.PHONY: test-netpol
+test-netpol: tools ## NetworkPolicy enforced on a real node (kube-router): an allowed client served, a denied one refused, the loader and the Gateway still through (root, cgroup v1)
+	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeNetworkPolicyIsEnforced' -count=1 -timeout 20m -v \
+		| grep -E 'netpol figure|^(--- |ok|FAIL)'
 
 .PHONY: bench-loader
 bench-loader: ## The model loader against rclone: through a remote-store-shaped link, then on loopback (4.3 GB tree, cached; BENCH_LOADER_ARGS="-runs 5")

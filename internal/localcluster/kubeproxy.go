@@ -572,11 +572,20 @@ func removeKubeChains(chainsBefore, tablesBefore []string) error {
 // jumps to them from other chains deleted, then the chains deleted. Empty
 // when there is nothing to remove.
 func removeKubeChainsScript(tables []iptablesTable, chainsBefore []string) string {
+	return removeChainsScript(tables, func(t iptablesTable, chain string) bool {
+		return strings.HasPrefix(chain, "KUBE-") && !slices.Contains(chainsBefore, t.id()+" "+chain)
+	})
+}
+
+// removeChainsScript is the iptables-restore --noflush input that removes the
+// chains of tables that pick picks, and every rule that jumps to them, as
+// removeKubeChainsScript does. Empty when there is nothing to remove.
+func removeChainsScript(tables []iptablesTable, pick func(t iptablesTable, chain string) bool) string {
 	var b strings.Builder
 	for _, t := range tables {
 		var remove []string
 		for _, c := range t.chains {
-			if strings.HasPrefix(c.name, "KUBE-") && !slices.Contains(chainsBefore, t.id()+" "+c.name) {
+			if pick(t, c.name) {
 				remove = append(remove, c.name)
 			}
 		}

@@ -199,6 +199,9 @@ type realNodes struct {
 	// apiRelay, guarded by Cluster.mu, is nil until the first real node has
 	// its bridge (apirelay.go).
 	apiRelay *apiRelay
+	// netPolicy, guarded by Cluster.mu, is nil until StartNetworkPolicy has
+	// started the NetworkPolicy agent (netpol.go).
+	netPolicy *NetworkPolicyAgent
 }
 
 // RealNodeHost is what the real nodes of a cluster changed on the host. Stop
@@ -215,6 +218,8 @@ type RealNodeHost struct {
 	HostDirsBefore map[string]bool `json:"hostDirsBefore"`
 	// KubeProxy is set once the cluster's kube-proxy is about to start.
 	KubeProxy *KubeProxyHost `json:"kubeProxy,omitempty"`
+	// NetworkPolicy is set once the cluster's NetworkPolicy agent is about to start.
+	NetworkPolicy *NetworkPolicyHost `json:"networkPolicy,omitempty"`
 }
 
 // RealNodes describes the real nodes of the cluster, in start order.
@@ -791,6 +796,9 @@ func TearDownRealNodeHost(h RealNodeHost, progress io.Writer) error {
 			errs = append(errs, fmt.Errorf("still mounted: %v", mounts))
 		}
 	}
+	// kube-router's chains before kube-proxy's teardown, which would remove
+	// them (KUBE-*) but not their ipsets.
+	errs = append(errs, tearDownNetworkPolicy(h.NetworkPolicy, progress))
 	errs = append(errs, tearDownKubeProxy(h.KubeProxy, progress), writeSysctls(h.SysctlsBefore), cleanSharedHostDirs(h.ClusterDir, h.HostDirsBefore))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("tearing down the real nodes: %w", err)

@@ -1,0 +1,204 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/localcluster"
+	"github.com/aiinference/operator/internal/warmup"
+)
+
+// startNetworkPolicy runs the shared cluster's NetworkPolicy implementation on
+// the real nodes (kube-router's firewall on the host) for the test: the other
+// tests' pods, which no policy selects, are let through meanwhile, as before.
+func startNetworkPolicy(t *testing.T) *localcluster.NetworkPolicyAgent {
+	t.Helper()
+	begin := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	agent, err := cluster.StartNetworkPolicy(ctx, localcluster.NetworkPolicyOptions{RepoRoot: repoRoot})
+	t.Cleanup(func() {
+		if err := cluster.StopNetworkPolicy(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("NetworkPolicy agent started in %s", time.Since(begin).Round(100*time.Millisecond))
+	return agent
+}
+
+// clientRoleLabel marks the test's client pods; the allowed one's value is
+// the model's listed peer.
+const clientRoleLabel = "netpol.e2e/role"
+
+// TestRealNodeNetworkPolicyIsEnforced runs a model with spec.networkPolicy
+// on the real node under a real NetworkPolicy implementation: the loader
+// still downloads from the store (egress: the store's address and port), a
+// client pod that the policy lists gets a completion through the model's
+// Service, one it does not list is refused, and the Gateway (Traefik, on the
+// host) still reaches the pods.
+func TestRealNodeNetworkPolicyIsEnforced(t *testing.T) {
+	g, store, obj := startRealNodeTest(t, 1, "np")
+	agent := startNetworkPolicy(t)
+	gw := sharedGateway(t)
+	ctx := context.Background()
+	obj.Spec.NetworkPolicy = &servingv1.NetworkPolicySpec{Enabled: true, From: []networkingv1.NetworkPolicyPeer{
+		{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{clientRoleLabel: "allowed"}}},
+	}}
+	begin := time.Now()
+	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
+	waitFor(t, g, obj, realReadyTimeout, beReady(1))
+	t.Logf("netpol figure: apply to Ready with both policies: %s", time.Since(begin).Round(100*time.Millisecond))
+
+	// The loader reached the store through NAME-egress.
+	got := &servingv1.AIInference{}
+	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+	g.Expect(got.Status.LastLoad).NotTo(BeNil())
+	g.Expect(got.Status.LastLoad.BytesFetched).To(Equal(store.ModelBytes), "the loader downloaded the whole model from the store")
+	t.Logf("netpol figure: the loader fetched %d bytes from the store at %s in %s", got.Status.LastLoad.BytesFetched, store.Endpoint, got.Status.LastLoad.Duration.Duration)
+
+	// Both policies are in the serving pod's chain before any client calls.
+	pod := oneServingPod(g, obj)[0]
+	g.Eventually(func() (bool, error) { return agent.Enforces(pod.Status.PodIP, obj.Name+"-ingress") }).
+		WithTimeout(30*time.Second).WithPolling(200*time.Millisecond).Should(BeTrue(), "kube-router enforces %s-ingress for %s", obj.Name, pod.Name)
+	g.Eventually(func() (bool, error) { return agent.Enforces(pod.Status.PodIP, obj.Name+"-egress") }).
+		WithTimeout(30*time.Second).WithPolling(200*time.Millisecond).Should(BeTrue(), "kube-router enforces %s-egress for %s", obj.Name, pod.Name)
+	svc := &corev1.Service{}
+	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), svc)).To(Succeed())
+	serviceURL := "http://" + svc.Spec.ClusterIP + ":" + strconv.Itoa(int(svc.Spec.Ports[0].Port))
+
+	// Two client pods on the real node call the Service with the warm-up
+	// gate's client: ready once a completion came back, exiting 1 with the
+	// last error when none did within 20 s.
+	allowed := clientPod(obj.Namespace, "allowed", serviceURL, obj.Spec.Model.Name)
+	denied := clientPod(obj.Namespace, "denied", serviceURL, obj.Spec.Model.Name)
+	g.Expect(k8s.Create(ctx, allowed)).To(Succeed())
+	g.Expect(k8s.Create(ctx, denied)).To(Succeed())
+	created := time.Now()
+	g.Eventually(func(g Gomega) {
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(allowed), allowed)).To(Succeed())
+		g.Expect(allowed.Status.ContainerStatuses).To(HaveLen(1))
+		st := allowed.Status.ContainerStatuses[0]
+		g.Expect(st.State.Terminated).To(BeNil(), "the allowed client gave up: %+v", st.State.Terminated)
+		g.Expect(st.Ready).To(BeTrue())
+	}).WithTimeout(time.Minute).WithPolling(250*time.Millisecond).Should(Succeed(), "the allowed client gets a completion")
+	t.Logf("netpol figure: the allowed client had a completion %s after its creation", time.Since(created).Round(100*time.Millisecond))
+
+	var refused *corev1.ContainerStateTerminated
+	g.Eventually(func(g Gomega) {
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(denied), denied)).To(Succeed())
+		g.Expect(denied.Status.ContainerStatuses).To(HaveLen(1))
+		st := denied.Status.ContainerStatuses[0]
+		g.Expect(st.Ready).To(BeFalse(), "the denied client got a completion")
+		g.Expect(st.State.Terminated).NotTo(BeNil())
+		refused = st.State.Terminated
+	}).WithTimeout(time.Minute).WithPolling(250*time.Millisecond).Should(Succeed(), "the denied client gives up")
+	g.Expect(refused.ExitCode).To(Equal(int32(warmup.ExitTimedOut)), refused.Message)
+	g.Expect(refused.Message).To(ContainSubstring("connection refused"), "kube-router rejects the connection")
+	t.Logf("netpol figure: the denied client ran %s, refused every attempt: %s",
+		refused.FinishedAt.Sub(refused.StartedAt.Time), refused.Message)
+
+	// The Gateway on the host reaches the pod: a route of the test's own
+	// (a hostname of its own, beside other tests' routes on the listener) to
+	// the model's Service.
+	host := obj.Namespace + ".netpol.test"
+	route := &gatewayv1.HTTPRoute{
+		ObjectMeta: metav1.ObjectMeta{Namespace: obj.Namespace, Name: obj.Name},
+		Spec: gatewayv1.HTTPRouteSpec{
+			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{
+				Name: gatewayv1.ObjectName(gw.Name), Namespace: ptr.To(gatewayv1.Namespace(gw.Namespace)),
+				SectionName: ptr.To(gatewayv1.SectionName(localcluster.GatewayListenerName))}}},
+			Hostnames: []gatewayv1.Hostname{gatewayv1.Hostname(host)},
+			Rules: []gatewayv1.HTTPRouteRule{{BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{
+				BackendObjectReference: gatewayv1.BackendObjectReference{Name: gatewayv1.ObjectName(obj.Name), Port: ptr.To(gatewayv1.PortNumber(svc.Spec.Ports[0].Port))}}}}}},
+		},
+	}
+	g.Expect(k8s.Create(ctx, route)).To(Succeed())
+	httpClient := &http.Client{Timeout: 10 * time.Second}
+	g.Eventually(func() error { return completeWithHost(httpClient, gw.URL, host, obj.Spec.Model.Name) }).
+		WithTimeout(time.Minute).WithPolling(250*time.Millisecond).Should(Succeed(), "a completion through the Gateway")
+	const gatewayRequests = 50
+	failed := 0
+	var firstErr error
+	for range gatewayRequests {
+		if err := completeWithHost(httpClient, gw.URL, host, obj.Spec.Model.Name); err != nil {
+			failed++
+			firstErr = cmpErr(firstErr, err)
+		}
+	}
+	t.Logf("netpol figure: %d completions through the Gateway, %d failed", gatewayRequests, failed)
+	g.Expect(failed).To(BeZero(), "first failure: %v", firstErr)
+}
+
+// clientPod is a pod on the real node that asks url for one completion of
+// model with the warm-up gate's client (the loader image's `warmup`): ready
+// once one came back; exits 1 with the last error as its termination message
+// when none did within 20 s.
+func clientPod(ns, role, url, model string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "client-" + role, Labels: map[string]string{clientRoleLabel: role}},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			NodeSelector:  map[string]string{localcluster.GPUProductLabel: realGPUProduct},
+			Tolerations:   []corev1.Toleration{{Key: localcluster.GPUTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			Containers: []corev1.Container{{
+				Name: "client", Image: loaderImage, ImagePullPolicy: corev1.PullIfNotPresent,
+				Args: []string{"warmup", "--engine-url=" + url, "--model=" + model, "--timeout=20s",
+					"--request-timeout=3s", "--backoff=1s", "--max-backoff=2s"},
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: warmup.ReadyPath, Port: intstr.FromInt32(warmup.Port)}},
+					PeriodSeconds: 1,
+				},
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+					corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")}},
+				SecurityContext: &corev1.SecurityContext{
+					RunAsNonRoot: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+		},
+	}
+}
+
+// completeWithHost sends one completion to the Gateway at url for the route
+// of host.
+func completeWithHost(httpClient *http.Client, url, host, model string) error {
+	body, _ := json.Marshal(map[string]any{"model": model, "prompt": "Hello", "max_tokens": 4})
+	req, err := http.NewRequest(http.MethodPost, url+"/v1/completions", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Host = host
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", strconv.FormatUint(completionKeys.Add(1), 10))
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", resp.Status, data)
+	}
+	return nil
+}
