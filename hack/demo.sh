@@ -26,6 +26,49 @@ stop_operator() {
 	fi
 }
 
+# gateway_pod asks the Gateway for one completion and prints the pod that
+# answered (the simulator's x-inference-pod header), or nothing.
+gateway_pod() {
+	curl -sS --max-time 5 -o /dev/null -D - "$GATEWAY_URL/v1/completions" -H 'Content-Type: application/json' \
+		-d '{"model": "tiny-llama", "prompt": "Hello", "max_tokens": 4}' 2>/dev/null |
+		tr -d '\r' | awk 'tolower($1) == "x-inference-pod:" {print $2}'
+}
+
+# canary_split shows the Gateway carrying tiny-real's canary split: a new
+# revision starts as a canary at 20% (its first step, paused), 100 completions
+# go through the Gateway, counted by the pod that answered; then the spec goes
+# back to the stable revision and the canary is removed.
+canary_split() {
+	local revision="[{\"name\": \"POD_NAME\", \"valueFrom\": {\"fieldRef\": {\"fieldPath\": \"metadata.name\"}}}"
+	echo
+	echo "==> tiny-real's canary through the Gateway (Traefik at $GATEWAY_URL): a new revision at 20%"
+	kubectl patch aii tiny-real -n "$namespace" --type=merge \
+		-p "{\"spec\": {\"engine\": {\"env\": $revision, {\"name\": \"DEMO_REVISION\", \"value\": \"$(date +%s)\"}]}}}" >/dev/null
+	kubectl wait aii/tiny-real -n "$namespace" --for=jsonpath='{.status.rollout.weight}'=20 --timeout=120s >/dev/null
+	local deadline=$((SECONDS + 120))
+	until gateway_pod | grep -q '^tiny-real-canary-'; do
+		if [ $SECONDS -ge $deadline ]; then
+			echo "No canary pod answered through the Gateway within 2 minutes; see kubectl aii status tiny-real -n $namespace" >&2
+			exit 1
+		fi
+		sleep 0.5
+	done
+	local canary=0 stable=0 failed=0 pod
+	for _ in $(seq 1 100); do
+		pod=$(gateway_pod)
+		case "$pod" in
+		tiny-real-canary-*) canary=$((canary + 1)) ;;
+		tiny-real-*) stable=$((stable + 1)) ;;
+		*) failed=$((failed + 1)) ;;
+		esac
+	done
+	echo "100 completions through the Gateway at the canary's weight of 20%: canary $canary, stable $stable, failed $failed"
+	echo "==> Back to the stable revision: the canary is removed"
+	kubectl patch aii tiny-real -n "$namespace" --type=merge -p "{\"spec\": {\"engine\": {\"env\": $revision]}}}" >/dev/null
+	kubectl wait aii/tiny-real -n "$namespace" --for=condition=Ready --timeout=120s >/dev/null
+	kubectl get aii tiny-real -n "$namespace"
+}
+
 if [ "${1:-up}" = down ]; then
 	stop_operator
 	go run ./cmd/localcluster down --state-dir "$state_dir"
@@ -37,13 +80,14 @@ go build -o bin/manager ./cmd/manager
 go build -o bin/localcluster ./cmd/localcluster
 
 # One real node whose pods run for real, with an object store its sample loads
-# from, where the host can run one (root, cgroup v1; as root the Debian packages
-# it needs are installed first); simulated nodes only where not.
+# from and a Gateway (Traefik) that carries its canary's split, where the host
+# can run one (root, cgroup v1; as root the Debian packages it needs are
+# installed first); simulated nodes only where not.
 nodes=config/localcluster/nodepool.yaml
 store_flags=()
 if hack/real-node-host.sh; then
 	nodes=config/localcluster/demo-nodepool.yaml
-	store_flags=(--object-store-model-bytes $((256 << 20)))
+	store_flags=(--object-store-model-bytes $((256 << 20)) --gateway)
 else
 	echo "==> No real node on this host (see above): the demo runs on simulated nodes only"
 fi
@@ -82,7 +126,7 @@ if [ -n "${OBJECT_STORE_ENDPOINT:-}" ]; then
 		--from-literal=AWS_ACCESS_KEY_ID="$OBJECT_STORE_AWS_ACCESS_KEY_ID" \
 		--from-literal=AWS_SECRET_ACCESS_KEY="$OBJECT_STORE_AWS_SECRET_ACCESS_KEY" | kubectl apply -f - >/dev/null
 	sample=$(cat config/localcluster/demo-real-node.yaml)
-	for var in OBJECT_STORE_MODEL_BYTES OBJECT_STORE_BUCKET OBJECT_STORE_MODEL_PREFIX OBJECT_STORE_ENDPOINT IMAGE_LLM_D_INFERENCE_SIM; do
+	for var in OBJECT_STORE_MODEL_BYTES OBJECT_STORE_BUCKET OBJECT_STORE_MODEL_PREFIX OBJECT_STORE_ENDPOINT IMAGE_LLM_D_INFERENCE_SIM GATEWAY_NAME GATEWAY_NAMESPACE; do
 		sample=${sample//"\${$var}"/${!var}}
 	done
 	echo "$sample" | kubectl apply -n "$namespace" -f -
@@ -117,6 +161,9 @@ if [ -n "${OBJECT_STORE_ENDPOINT:-}" ]; then
 	curl -sS --max-time 10 --retry 5 --retry-all-errors --retry-delay 1 "http://$service_ip:8000/v1/completions" \
 		-H 'Content-Type: application/json' -d '{"model": "tiny-llama", "prompt": "Hello", "max_tokens": 8}'
 	echo
+fi
+if [ -n "${OBJECT_STORE_ENDPOINT:-}" ] && [ -n "${GATEWAY_URL:-}" ]; then
+	canary_split
 fi
 
 cat <<MSG

@@ -2,7 +2,7 @@
 // (etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok on
 // 127.0.0.1) that keeps running in the background.
 //
-//	localcluster up [--nodes FILE] [--kubelet-delay-scale X] [--state-dir DIR]
+//	localcluster up [--nodes FILE] [--kubelet-delay-scale X] [--gateway] [--state-dir DIR]
 //	                                                    start it (or say it is running)
 //	localcluster down [--state-dir DIR]                 stop it and remove its files
 //	localcluster status [--state-dir DIR]               show it; exit 1 if not running
@@ -43,6 +43,7 @@ Commands:
   env         print shell variables: KUBECONFIG, the real nodes' image references
               (IMAGE_MODEL_LOADER, IMAGE_LLM_D_INFERENCE_SIM, ...) and the object
               store (OBJECT_STORE_ENDPOINT, _BUCKET, _MODEL_PREFIX, _MODEL_BYTES)
+              and the gateway (GATEWAY_URL, _NAMESPACE, _NAME, _API_URL)
 
 Flags:
 `
@@ -87,7 +88,7 @@ func run(args []string) error {
 	switch command {
 	case "up":
 		s, err := localcluster.Up(ctx, localcluster.UpOptions{StateDir: f.stateDir, NodesFile: f.nodes,
-			KubeletDelayScale: f.kubeletDelayScale, ObjectStoreModelBytes: f.objectStoreModelBytes, Out: os.Stderr})
+			KubeletDelayScale: f.kubeletDelayScale, ObjectStoreModelBytes: f.objectStoreModelBytes, Gateway: f.gateway, Out: os.Stderr})
 		if err != nil {
 			return err
 		}
@@ -139,6 +140,7 @@ func run(args []string) error {
 			RealNodes:         localcluster.RealNodeOptions{BinDir: f.realNodeBinDir, ImageDir: f.imageDir},
 			KubeletDelayScale: f.kubeletDelayScale,
 			ObjectStore:       objectStoreOptions(f),
+			Gateway:           gatewayOptions(f),
 		})
 	default:
 		fmt.Fprint(os.Stderr, usage)
@@ -150,8 +152,16 @@ type flags struct {
 	stateDir, nodes       string
 	kubeletDelayScale     float64
 	objectStoreModelBytes int64
+	gateway               bool
 	// Set by up for the detached supervisor only.
-	binDir, stageDir, realNodeBinDir, imageDir, objectStoreBinDir string
+	binDir, stageDir, realNodeBinDir, imageDir, objectStoreBinDir, gatewayBinDir, repoRoot string
+}
+
+func gatewayOptions(f *flags) *localcluster.GatewayOptions {
+	if !f.gateway {
+		return nil
+	}
+	return &localcluster.GatewayOptions{BinDir: f.gatewayBinDir, RepoRoot: f.repoRoot}
 }
 
 func objectStoreOptions(f *flags) *localcluster.ObjectStoreOptions {
@@ -176,12 +186,16 @@ func printEnv(s *localcluster.State) {
 			fmt.Printf("OBJECT_STORE_%s=%s\n", key, shellQuote(secret.StringData[key]))
 		}
 	}
+	if gw := s.Gateway; gw != nil {
+		fmt.Printf("GATEWAY_URL=%s\nGATEWAY_NAMESPACE=%s\nGATEWAY_NAME=%s\nGATEWAY_API_URL=%s\n",
+			shellQuote(gw.URL), shellQuote(gw.Namespace), shellQuote(gw.Name), shellQuote(gw.APIURL))
+	}
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // internalFlags are left out of the usage text.
-var internalFlags = map[string]bool{"bin-dir": true, "kwok-stage-dir": true, "real-node-bin-dir": true, "image-dir": true, "object-store-bin-dir": true}
+var internalFlags = map[string]bool{"bin-dir": true, "kwok-stage-dir": true, "real-node-bin-dir": true, "image-dir": true, "object-store-bin-dir": true, "gateway-bin-dir": true, "repo-root": true}
 
 func newFlags(command string) (*flag.FlagSet, *flags) {
 	f := &flags{}
@@ -190,11 +204,14 @@ func newFlags(command string) (*flag.FlagSet, *flags) {
 	fs.StringVar(&f.nodes, "nodes", "", "node pool description (YAML) for up; default: the built-in pool, as in config/localcluster/nodepool.yaml")
 	fs.Float64Var(&f.kubeletDelayScale, "kubelet-delay-scale", 1, "for up: multiplies the simulated kubelets' delays (1-5 s per step of a pod's start, a crash-loop back-off from 10 s to 5 min); 0.1 is ten times faster")
 	fs.Int64Var(&f.objectStoreModelBytes, "object-store-model-bytes", 0, "for up: start an S3-compatible store (versitygw) on the host's address, seeded with a model of this many bytes; 0: none")
+	fs.BoolVar(&f.gateway, "gateway", false, "for up: run the cluster's Gateway API data plane (Traefik on the host, docs/gateway.md)")
 	fs.StringVar(&f.binDir, "bin-dir", "", "")
 	fs.StringVar(&f.objectStoreBinDir, "object-store-bin-dir", "", "")
 	fs.StringVar(&f.stageDir, "kwok-stage-dir", "", "")
 	fs.StringVar(&f.realNodeBinDir, "real-node-bin-dir", "", "")
 	fs.StringVar(&f.imageDir, "image-dir", "", "")
+	fs.StringVar(&f.gatewayBinDir, "gateway-bin-dir", "", "")
+	fs.StringVar(&f.repoRoot, "repo-root", "", "")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
 		fs.VisitAll(func(fl *flag.Flag) {

@@ -56,7 +56,9 @@ type State struct {
 	Images []ImageArchive `json:"images,omitempty"`
 	// ObjectStore is the cluster's object store, if it has one.
 	ObjectStore *ObjectStore `json:"objectStore,omitempty"`
-	StartedAt   time.Time    `json:"startedAt"`
+	// Gateway is the cluster's gateway (Traefik), if it runs one.
+	Gateway   *Gateway  `json:"gateway,omitempty"`
+	StartedAt time.Time `json:"startedAt"`
 }
 
 // DefaultStateDir is where the command keeps a detached cluster:
@@ -134,6 +136,8 @@ type UpOptions struct {
 	// ObjectStoreModelBytes, when positive, starts an object store seeded with a
 	// model of that size (Options.ObjectStore).
 	ObjectStoreModelBytes int64
+	// Gateway runs the cluster's gateway (StartGateway: Traefik on the host).
+	Gateway bool
 	// RepoRoot is the repository checkout; empty: found from the working directory.
 	RepoRoot string
 	// Timeout bounds the wait for the cluster once the binaries are built. Zero: 5 minutes.
@@ -222,6 +226,14 @@ func Up(ctx context.Context, opts UpOptions) (*State, error) {
 		}
 		args = append(args, "--object-store-model-bytes", strconv.FormatInt(opts.ObjectStoreModelBytes, 10),
 			"--object-store-bin-dir", store.BinDir)
+	}
+	if opts.Gateway {
+		fmt.Fprintln(out, "Finding or building traefik (hack/tools/build.sh traefik)")
+		dir, err := runBuildScript(ctx, root, "traefik", out)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "--gateway", "--gateway-bin-dir", dir, "--repo-root", root)
 	}
 	logPath := filepath.Join(opts.StateDir, supervisorLogFile)
 	logFile, err := os.Create(logPath)
@@ -335,6 +347,8 @@ type SupervisorOptions struct {
 	KubeletDelayScale float64
 	// ObjectStore is Options.ObjectStore.
 	ObjectStore *ObjectStoreOptions
+	// Gateway, when set, starts the cluster's gateway with these options.
+	Gateway *GatewayOptions
 }
 
 // RunSupervisor runs a cluster until SIGTERM or SIGINT, recording it in the
@@ -381,6 +395,12 @@ func RunSupervisor(opts SupervisorOptions) error {
 	}
 	state.Images = c.Images()
 	state.ObjectStore = c.ObjectStore()
+	if opts.Gateway != nil {
+		if state.Gateway, err = c.StartGateway(ctx, *opts.Gateway); err != nil {
+			return err
+		}
+		state.Processes = c.Processes()
+	}
 	if err := writeState(opts.StateDir, state); err != nil {
 		return err
 	}
