@@ -5,13 +5,14 @@
 # A binary already in the cache is reused, so only the first run pays the build.
 #
 # Usage: hack/tools/build.sh GROUP...
-#   groups: envtest cluster s3 rclone node node-packages sim images promtool helm traefik netpol kube-network-policies all
+#   groups: envtest cluster s3 rclone node node-packages sim images promtool helm traefik keda netpol kube-network-policies all
 #   node: kubelet, kube-proxy, containerd, runc and CNI plugins of a real node;
 #   node-packages: only the Debian packages a real node needs (apt-get, as root);
 #   sim: llm-d-inference-sim; images: the real node's image tarballs (pause,
 #   model-loader, llm-d-inference-sim) for `ctr images import`; promtool: Debian's
 #   prometheus package (promtool checks metric names and unit-tests the alerts);
-#   traefik: the local cluster's Gateway API data plane (docs/gateway.md).
+#   traefik: the local cluster's Gateway API data plane (docs/gateway.md);
+#   keda: KEDA's operator, run on the host by the bring-your-own autoscaler test.
 # Prints the folder of the last group built, e.g. for KUBEBUILDER_ASSETS.
 # AIINFERENCE_CACHE overrides the cache root (default ~/.cache/aiinference-operator).
 set -euo pipefail
@@ -220,12 +221,22 @@ kube_network_policies_tool() {
 	build kube-network-policies sigs.k8s.io/kube-network-policies sigs.k8s.io/kube-network-policies/cmd kube-network-policies
 }
 
+# keda_tool: KEDA's operator (cmd/operator), built in its own tools module that
+# repeats KEDA's replaces (k8s.io v0.35, controller-runtime v0.23); TestKEDA
+# runs it on the host against the local cluster. -X stamps the version it logs.
+keda_tool() {
+	local version
+	version=$(version_of keda github.com/kedacore/keda/v2)
+	build keda github.com/kedacore/keda/v2 github.com/kedacore/keda/v2/cmd/operator keda \
+		-ldflags "-X github.com/kedacore/keda/v2/version.Version=$version"
+}
+
 promtool_dir() {
 	command -v promtool >/dev/null || apt_install promtool prometheus
 	dirname "$(command -v promtool)"
 }
 
-[ $# -gt 0 ] || { sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 for group in "$@"; do
 	case "$group" in
 	envtest | cluster | s3 | rclone | node | sim | images) last=$("$group") ;;
@@ -235,6 +246,7 @@ for group in "$@"; do
 	traefik) last=$(traefik_tool) ;;
 	netpol) last=$(netpol_tool) ;;
 	kube-network-policies) last=$(kube_network_policies_tool) ;;
+	keda) last=$(keda_tool) ;;
 	all) cluster >/dev/null; s3 >/dev/null; rclone >/dev/null; node >/dev/null; last=$(images) ;;
 	*) echo "build.sh: unknown group $group" >&2; exit 2 ;;
 	esac
