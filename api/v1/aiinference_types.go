@@ -540,6 +540,12 @@ type AIInferenceStatus struct {
 	// +optional
 	Autoscaling *AutoscalingStatus `json:"autoscaling,omitempty"`
 
+	// ModelCache is where the nodes' model cache holds copies of the model
+	// (cache.type Node). Left out when the operator cannot read the nodes'
+	// reports (--watch-namespaces).
+	// +optional
+	ModelCache *ModelCacheStatus `json:"modelCache,omitempty"`
+
 	// Conditions: Ready (always), Reconciling and Stalled (kstatus, only when True),
 	// ModelLoaded and Available.
 	// +listType=map

@@ -198,7 +198,7 @@ func keepOnlyWhatV1Alpha1Expresses(o *servingv1.AIInference) {
 	st := &o.Status
 	st.Ready, st.GPU, st.ModelLoaded, st.LoadRetries, st.LastLoad, st.LastFailure = "", "", false, 0, nil, nil
 	st.UpdatedReplicas, st.LoadBudget, st.LastHandledRequestedAt, st.Rollout, st.Autoscaling = 0, nil, "", nil, nil
-	st.Reason, st.Endpoint, st.ServingRevision = "", "", ""
+	st.Reason, st.Endpoint, st.ServingRevision, st.ModelCache = "", "", "", nil
 }
 
 // The source of a conversion is never modified.
