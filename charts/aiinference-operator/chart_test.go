@@ -14,8 +14,10 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/aiinference/operator/internal/nodecache"
 	"github.com/aiinference/operator/internal/testutil"
 	"github.com/aiinference/operator/internal/version"
 )
@@ -337,6 +339,7 @@ func TestNoRoleReadsUsersSecrets(t *testing.T) {
 		{"the chart", render("--namespace", "aiinference-system"), []string{"Role aiinference-system/aiinference-webhook-cert-role"}},
 		{"the chart, cert-manager", render("--namespace", "aiinference-system", "--set", "webhook.certManager.enabled=true"), nil},
 		{"the chart, namespace mode", render("--namespace", "ops", "--set", "watchNamespaces={team-a,team-b}"), []string{"Role ops/aiinference-webhook-cert-role"}},
+		{"the chart, model cache", render("--namespace", "aiinference-system", "--set", "modelCache.enabled=true"), []string{"Role aiinference-system/aiinference-webhook-cert-role"}},
 		{"the chart, namespace mode without webhooks", render("--namespace", "ops", "--set", "watchNamespaces={team-a,team-b}", "--set", "webhook.enabled=false"), nil},
 	} {
 		var got []string
@@ -369,6 +372,77 @@ func TestNoRoleReadsUsersSecrets(t *testing.T) {
 		}
 		if !slices.Equal(got, tt.want) {
 			t.Errorf("%s: the roles with a rule on Secrets are %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestChartModelCache: modelCache.enabled renders the node cache's CSIDriver
+// (the driver name the operator writes into the pods' volumes) and a DaemonSet
+// whose one path setting is the same on the host and in the container (the
+// lesson of KServe's LocalModelCache, where two settings drifted apart and
+// downloads repeated forever); it is off by default, and the schema refuses a
+// relative path or a budget that is no quantity.
+func TestChartModelCache(t *testing.T) {
+	helm, _, root := tools(t)
+	chart := filepath.Join(root, "charts", "aiinference-operator")
+	off, err := run(t, helm, "template", "aiinference", chart, "--namespace", "ops")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(off, nodecache.DriverName) {
+		t.Error("the model cache is rendered by default")
+	}
+	on, err := run(t, helm, "template", "aiinference", chart, "--namespace", "ops",
+		"--set", "modelCache.enabled=true", "--set", "modelCache.path=/mnt/nvme/models", "--set", "modelCache.budget=2Ti")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := objects(t, on)
+	if objs["CSIDriver <nil>/"+nodecache.DriverName] == nil {
+		t.Errorf("no CSIDriver %s", nodecache.DriverName)
+	}
+	ds := objs["DaemonSet ops/aiinference-model-cache"]
+	if ds == nil {
+		t.Fatal("no DaemonSet ops/aiinference-model-cache")
+	}
+	var parsed struct {
+		Spec struct {
+			Template struct {
+				Spec corev1.PodSpec `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	data, err := yaml.Marshal(ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, &parsed); err != nil {
+		t.Fatal(err)
+	}
+	pod := parsed.Spec.Template.Spec
+	c := pod.Containers[0]
+	for _, arg := range []string{"node-cache", "--cache-dir=/mnt/nvme/models", "--budget=2Ti"} {
+		if !slices.Contains(c.Args, arg) {
+			t.Errorf("args %v lack %s", c.Args, arg)
+		}
+	}
+	hostPaths := map[string]string{}
+	for _, v := range pod.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.Name] = v.HostPath.Path
+		}
+	}
+	for _, m := range c.VolumeMounts {
+		if hostPaths[m.Name] != m.MountPath {
+			t.Errorf("volume %s: host path %q mounted at %q: the paths must be the same", m.Name, hostPaths[m.Name], m.MountPath)
+		}
+	}
+	if hostPaths["cache"] != "/mnt/nvme/models" {
+		t.Errorf("the cache's host path is %q", hostPaths["cache"])
+	}
+	for _, bad := range []string{"modelCache.path=models", "modelCache.budget=lots", "modelCache.size=1Gi"} {
+		if out, err := run(t, helm, "template", "x", chart, "--set", "modelCache.enabled=true", "--set", bad); err == nil {
+			t.Errorf("--set %s rendered:\n%.300s", bad, out)
 		}
 	}
 }
