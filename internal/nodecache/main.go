@@ -131,7 +131,8 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	}
 	regServer := grpc.NewServer()
 	registerapi.RegisterRegistrationServer(regServer, &registration{endpoint: o.CSISocket, log: log})
-	regListener, err := listenUnix(filepath.Join(o.RegistrationDir, DriverName+"-reg.sock"))
+	// A short name: the kubelet dials it by path, which a unix socket keeps under 108 bytes.
+	regListener, err := listenUnix(filepath.Join(o.RegistrationDir, "model-cache-reg.sock"))
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 // which the operator exports per model).
 type metrics struct {
 	publishes    *prometheus.CounterVec
+	hitBytes     prometheus.Counter
 	evictions    prometheus.Counter
 	evictedBytes prometheus.Counter
 	bytes        prometheus.Gauge
@@ -22,6 +23,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "aiinference_node_cache_publishes_total",
 			Help: "Pod volumes the node's model cache served, by outcome: Complete (a complete copy was on the node), Shared (a copy in progress), New (no copy yet), OverBudget (no room: a folder of the pod's own).",
 		}, []string{"outcome"}),
+		hitBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "aiinference_node_cache_hit_bytes_total",
+			Help: "Bytes of the complete copies handed to pods: what the store did not serve again (the loaders still check each file against it).",
+		}),
 		evictions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "aiinference_node_cache_evictions_total",
 			Help: "Copies evicted (least recently used, mounted by no pod) to make room within the node's budget.",
@@ -43,12 +48,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "The node's budget for copies (0: none).",
 		}),
 	}
-	reg.MustRegister(m.publishes, m.evictions, m.evictedBytes, m.bytes, m.copies, m.budget)
+	reg.MustRegister(m.publishes, m.hitBytes, m.evictions, m.evictedBytes, m.bytes, m.copies, m.budget)
 	return m
 }
 
 func (m *metrics) published(p Published) {
 	m.publishes.WithLabelValues(string(p.Outcome)).Inc()
+	m.hitBytes.Add(float64(p.HitBytes))
 	for _, e := range p.Evicted {
 		m.evictions.Inc()
 		m.evictedBytes.Add(float64(e.Bytes))

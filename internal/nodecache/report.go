@@ -106,16 +106,16 @@ func (r *reporter) changed() {
 
 // podEvent tells the pod what its model cache volume is.
 func (r *reporter) podEvent(ctx context.Context, req Request, p Published) {
-	reason, msg := "ModelCache"+string(p.Outcome), ""
+	var reason, msg string
 	switch p.Outcome {
 	case OutcomeComplete:
-		msg = fmt.Sprintf("Node %s holds a complete copy of %s: the loader checks it against the store and downloads nothing that is unchanged", r.node, req.Source)
+		reason, msg = "ModelCacheComplete", fmt.Sprintf("Node %s holds a complete copy of %s: the loader checks it against the store and downloads nothing that is unchanged", r.node, req.Source)
 	case OutcomeShared:
-		msg = fmt.Sprintf("Node %s holds a copy of %s in progress: the loader resumes it, or waits while another pod's loader writes it", r.node, req.Source)
+		reason, msg = "ModelCacheShared", fmt.Sprintf("Node %s holds a copy of %s in progress: the loader resumes it, or waits while another pod's loader writes it", r.node, req.Source)
 	case OutcomeNew:
-		msg = fmt.Sprintf("Node %s holds no copy of %s: this pod's loader downloads it into the node's cache", r.node, req.Source)
+		reason, msg = "ModelCacheNew", fmt.Sprintf("Node %s holds no copy of %s: this pod's loader downloads it into the node's cache", r.node, req.Source)
 	case OutcomeOverBudget:
-		msg = fmt.Sprintf("The model (%d bytes) does not fit node %s's cache budget (%d bytes) beside the copies pods use: this pod loads into a folder of its own, removed with it", req.SizeBytes, r.node, r.store.Budget)
+		reason, msg = "ModelCacheOverBudget", fmt.Sprintf("The model (%d bytes) does not fit node %s's cache budget (%d bytes) beside the copies pods use: this pod loads into a folder of its own, removed with it", req.SizeBytes, r.node, r.store.Budget)
 	}
 	if len(p.Evicted) > 0 {
 		msg += fmt.Sprintf(" (evicted %d unused copies to make room)", len(p.Evicted))

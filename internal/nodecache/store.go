@@ -94,6 +94,8 @@ type Published struct {
 	Outcome Outcome
 	// Evicted are the copies removed to make room.
 	Evicted []Entry
+	// HitBytes is the size of the complete copy handed to the pod.
+	HitBytes int64
 }
 
 func (s *Store) clock() time.Time {
@@ -165,6 +167,9 @@ func (s *Store) Publish(r Request) (Published, error) {
 	dir := s.copyDir(key)
 	if _, err := os.Stat(dir); err == nil {
 		res.Outcome = s.outcomeOf(key)
+		if res.Outcome == OutcomeComplete {
+			res.HitBytes = diskUsage(dir)
+		}
 	} else {
 		evicted, fits, err := s.makeRoom(r.SizeBytes)
 		if err != nil {

@@ -90,8 +90,8 @@ func TestOneCopyPerModelAndNamespace(t *testing.T) {
 		t.Fatalf("second pod while the first loads: %s, want Shared", got)
 	}
 	ts.load("a1", 100, true)
-	if got := ts.publish("a3", "team-a", "llama", 100).Outcome; got != OutcomeComplete {
-		t.Fatalf("third pod: %s, want Complete", got)
+	if got := ts.publish("a3", "team-a", "llama", 100); got.Outcome != OutcomeComplete || got.HitBytes < 100 {
+		t.Fatalf("third pod: %s with %d bytes, want Complete with the copy's 100 or more", got.Outcome, got.HitBytes)
 	}
 	if ts.m.mounted[filepath.Join(ts.Root, "pods", "a1")] != ts.m.mounted[filepath.Join(ts.Root, "pods", "a3")] {
 		t.Fatal("pods of one model and namespace got different folders")

@@ -89,6 +89,7 @@ var roomHeld = map[string]time.Duration{
 	"TestRealNodeFullLoad":                              9 * time.Second,
 	"TestAdmissionPolicyOnTheLocalCluster":              7 * time.Second,
 	"TestRealNodeCorruptionStopsDownloads":              5 * time.Second,
+	"TestRealNodeModelCacheDownloadsOncePerNode":        12 * time.Second,
 }
 
 const roomHeldUnknown = 10 * time.Second

@@ -134,8 +134,12 @@ func emptyDirLimit(obj *servingv1.AIInference, cache servingv1.CacheSpec) *resou
 var unsafePathChars = regexp.MustCompile(`[^A-Za-z0-9._@-]+`)
 
 // modelPath is where the complete model sits in the pod. It names the model and
-// revision so that a shared PVC cache can hold several models side by side.
+// revision so that a shared PVC cache can hold several models side by side; a
+// node cache volume is one model's copy, whose root the node's cache checks.
 func modelPath(obj *servingv1.AIInference) string {
+	if resolvedCache(obj).Type == servingv1.CacheNode {
+		return cacheMountPath
+	}
 	dir := obj.Spec.Model.Name
 	if rev := obj.Spec.Model.Revision; rev != "" {
 		dir += "@" + rev

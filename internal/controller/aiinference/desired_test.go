@@ -349,6 +349,11 @@ func TestNodeCacheVolumeAndPreference(t *testing.T) {
 	if !loaderConfig(obj).Fsync {
 		t.Error("a copy that outlives the pod is not flushed")
 	}
+	// The copy is the volume's root, where the node's cache looks for its
+	// complete marker: one copy per source, whatever the model is named.
+	if got := loaderConfig(obj).Dest; got != cacheMountPath {
+		t.Errorf("the loader writes to %s, want the volume's root %s", got, cacheMountPath)
+	}
 	// Another namespace's pods never share (or write) this copy.
 	other := obj.DeepCopy()
 	other.Namespace = "other"
