@@ -166,6 +166,11 @@ bench-gateway: tools ## A canary's split through a real Gateway (Traefik) to rea
 	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeGatewayCarriesTheCanarySplit' -count=1 -timeout 20m -v \
 		| grep -E 'gateway figure|^(--- |ok|FAIL)'
 
+.PHONY: bench-cache
+bench-cache: tools ## The node-local model cache: a replica's start with a cold and a warm node cache for a 256 MiB and a 2 GiB model, beside the engine's own start, and the store bytes each read (root, cgroup v1)
+	MODELCACHE_BENCH=1 LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeModelCacheColdAndWarm' -count=1 -timeout 30m -v \
+		| grep -E 'cache figure|^(--- |ok|FAIL)'
+
 .PHONY: test-netpol
 test-netpol: tools ## NetworkPolicy enforced on a real node (kube-router): an allowed client served, a denied one refused, the loader and the Gateway still through (root, cgroup v1)
 	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeNetworkPolicyIsEnforced' -count=1 -timeout 20m -v \
