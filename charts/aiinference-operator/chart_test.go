@@ -389,17 +389,23 @@ func TestChartModelCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(off, nodecache.DriverName) {
-		t.Error("the model cache is rendered by default")
+	for key := range objects(t, off) {
+		if strings.HasPrefix(key, "CSIDriver ") || strings.HasPrefix(key, "DaemonSet ") {
+			t.Errorf("rendered by default: %s", key)
+		}
 	}
 	on, err := run(t, helm, "template", "aiinference", chart, "--namespace", "ops",
-		"--set", "modelCache.enabled=true", "--set", "modelCache.path=/mnt/nvme/models", "--set", "modelCache.budget=2Ti")
+		"--set", "modelCache.enabled=true", "--set", "modelCache.path=/mnt/nvme/models", "--set", "modelCache.budget=2Ti",
+		"--set", "metrics.podMonitor.enabled=true")
 	if err != nil {
 		t.Fatal(err)
 	}
 	objs := objects(t, on)
 	if objs["CSIDriver <nil>/"+nodecache.DriverName] == nil {
 		t.Errorf("no CSIDriver %s", nodecache.DriverName)
+	}
+	if objs["PodMonitor ops/aiinference-model-cache"] == nil {
+		t.Error("no PodMonitor for the cache's metrics")
 	}
 	ds := objs["DaemonSet ops/aiinference-model-cache"]
 	if ds == nil {
