@@ -75,6 +75,7 @@ var realPods = newRoom(int64(realNodes * runtime.NumCPU()))
 // test not listed counts as roomHeldUnknown.
 var roomHeld = map[string]time.Duration{
 	"TestRealNodeGatewayCarriesTheCanarySplit":          60 * time.Second,
+	"TestRealNodeModelCacheFaults":                      45 * time.Second,
 	"TestRealNodeFailureReasons/real-image-pull":        40 * time.Second,
 	"TestRealNodeRetryableFailureIsBounded":             38 * time.Second,
 	"TestRealNodeWarmupGateHoldsABrokenEngine":          35 * time.Second,
