@@ -74,6 +74,9 @@ const (
 	ReasonSecretKeyMissing = "SecretKeyMissing"
 	// ReasonPVCNotFound: a referenced PersistentVolumeClaim does not exist.
 	ReasonPVCNotFound = "PVCNotFound"
+	// ReasonModelCacheNotInstalled: cache.type Node, and the cluster has no
+	// node-local model cache (its CSIDriver); no pod is made.
+	ReasonModelCacheNotInstalled = "ModelCacheNotInstalled"
 	// ReasonRollingOut: the current spec is rolling out; earlier replicas may serve meanwhile.
 	ReasonRollingOut = "RollingOut"
 	// ReasonInvalidName: the object's name cannot be given to its children (a

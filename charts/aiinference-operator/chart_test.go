@@ -443,6 +443,9 @@ func TestChartModelCache(t *testing.T) {
 			t.Errorf("volume %s: host path %q mounted at %q: the paths must be the same", m.Name, hostPaths[m.Name], m.MountPath)
 		}
 	}
+	if len(pod.Tolerations) != 1 || pod.Tolerations[0].Operator != corev1.TolerationOpExists || pod.Tolerations[0].Key != "" {
+		t.Errorf("tolerations %+v: the plugin must run on the GPU nodes, whatever their taints", pod.Tolerations)
+	}
 	if hostPaths["cache"] != "/mnt/nvme/models" {
 		t.Errorf("the cache's host path is %q", hostPaths["cache"])
 	}

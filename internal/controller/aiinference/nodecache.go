@@ -1,9 +1,15 @@
 package aiinference
 
 import (
+	"context"
+	"fmt"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/nodecache"
@@ -14,6 +20,28 @@ import (
 // of the second product with the copy wins over one of the first without
 // (a download of minutes costs more than the product order says).
 const nodeCacheWeight = 100
+
+// +kubebuilder:rbac:groups=storage.k8s.io,resources=csidrivers,verbs=get
+
+// checkNodeCacheInstalled finds the node cache's CSIDriver. Without it the
+// kubelet cannot mount a pod's cache volume and the pods wait in
+// ContainerCreating with nothing in their status to say why, so no pod is
+// made. An operator that may not read CSIDrivers (namespace mode) cannot tell,
+// and goes on.
+func (r *Reconciler) checkNodeCacheInstalled(ctx context.Context) (*problem, error) {
+	err := r.APIReader.Get(ctx, client.ObjectKey{Name: nodecache.DriverName}, &storagev1.CSIDriver{})
+	switch {
+	case err == nil:
+		return nil, nil
+	case apierrors.IsNotFound(err):
+		return &problem{servingv1.ReasonModelCacheNotInstalled, fmt.Sprintf(
+			"spec.cache.type Node needs the node-local model cache, and the cluster has no CSIDriver %s: install it (the chart's modelCache.enabled=true) or choose another cache type", nodecache.DriverName)}, nil
+	case apierrors.IsForbidden(err):
+		logf.FromContext(ctx).V(1).Info("Cannot check that the node cache is installed", "error", err.Error())
+		return nil, nil
+	}
+	return nil, fmt.Errorf("reading CSIDriver %s: %w", nodecache.DriverName, err)
+}
 
 // nodeCacheKey is the key of the model's copies on the nodes (see nodecache.Key).
 func nodeCacheKey(obj *servingv1.AIInference) string {

@@ -36,6 +36,9 @@ func (r *Reconciler) checkReferences(ctx context.Context, s *scope) error {
 			p, err = r.checkPVC(ctx, obj.Namespace, cache.PVC.ClaimName, "spec.cache.pvc.claimName")
 		}
 	}
+	if err == nil && p == nil && resolvedCache(obj).Type == servingv1.CacheNode {
+		p, err = r.checkNodeCacheInstalled(ctx)
+	}
 	if err == nil && p == nil {
 		p = r.checkTrafficAPIs(s)
 	}
