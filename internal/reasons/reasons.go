@@ -70,7 +70,7 @@ var All = []Explanation{
 	{servingv1.ReasonRolledBack, "The canary failed an analysis, its loads stopped, or it was aborted: all traffic is back on the stable pods, which run the earlier spec, and the canary's pods are gone.",
 		"Read status.rollout (the failed checks' values and thresholds), fix the spec, or set serving.aiinference.io/requestedAt to try the same revision again.", true},
 	{servingv1.ReasonModelCacheNotInstalled, "spec.cache.type is Node, and the cluster has no node-local model cache (no CSIDriver model-cache.aiinference.io): the kubelet could not mount the pods' cache volume, so no pod is made.",
-		"Install the cache (helm upgrade with --set modelCache.enabled=true; see docs/model-cache.md) or choose another spec.cache.type. The operator looks again every 30 seconds.", true},
+		"Install the cache (the chart with modelCache.enabled true; see docs/model-cache.md) or choose another spec.cache.type. The operator looks again every 30 seconds.", true},
 	{servingv1.ReasonTrafficAPIMissing, "rollout.canary.traffic.gateway needs the Gateway API's HTTPRoute (and, for InferencePool backends, the Inference Extension's InferencePool), which the cluster does not serve.",
 		"Install the Gateway API CRDs (and the Inference Extension's), or remove rollout.canary.traffic to split by ready replicas.", true},
 	{servingv1.ReasonSignalsRead, "With spec.autoscaling, the autoscaler reads the signals of every serving replica and sets the count from them; status.autoscaling shows the readings behind the last change.", "", false},
