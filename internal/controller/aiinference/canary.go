@@ -101,6 +101,8 @@ type rolloutInput struct {
 	// stableReady and canaryReady are the ready replicas of each set; canaryReady
 	// counts only canary pods of desiredRev.
 	stableReady, canaryReady int32
+	// stableReadyCurrent counts the stable set's serving pods of desiredRev.
+	stableReadyCurrent int32
 	// loadsHalted is the reason the canary's loads stopped, if they did.
 	loadsHalted string
 	// analyze runs one analysis of the current step.
@@ -192,8 +194,38 @@ func (p *rolloutPass) promote() {
 		return
 	}
 	p.runBothSets()
-	st.Weight = readyShare(in.canaryReady, in.stableReady)
+	p.promotionTraffic()
 	st.Message = fmt.Sprintf("the stable pods take revision %s while the canary serves; traffic follows the ready replicas", in.desiredRev)
+}
+
+// promotionDrain is how long the stable pods of the earlier revision keep
+// their template once a promotion begins: the Gateway applies a route's new
+// weights a second or more after it is written (Traefik throttles its
+// provider's changes), and the stable set, replaced without a surge, may have
+// no ready pod meanwhile.
+const promotionDrain = 5 * time.Second
+
+// promotionTraffic: while promoting, traffic goes to the pods of the new
+// revision alone (the canary's, then the stable set's as they become ready),
+// and the stable set is replaced only once promotionDrain has passed since the
+// promotion began, so that no request is sent to a set with no ready pod.
+func (p *rolloutPass) promotionTraffic() {
+	st, in := p.st, p.in
+	st.Weight = readyShare(in.canaryReady, in.stableReadyCurrent)
+	if in.stableRev == in.desiredRev {
+		return
+	}
+	for i := len(st.History) - 1; i >= 0; i-- {
+		d := st.History[i]
+		if d.Decision != decisionPromoting || d.Revision != st.CanaryRevision {
+			continue
+		}
+		if end := d.Time.Add(promotionDrain); in.now.Before(end) {
+			p.plan.keepStableTemplate = true
+			p.plan.requeue = soonestOf(p.plan.requeue, end.Sub(in.now))
+		}
+		return
+	}
 }
 
 // settle: the spec is what the stable pods run (possibly because it went
@@ -354,7 +386,7 @@ func (p *rolloutPass) describe() {
 		st.Message = describeStep(st, p.c)
 	case servingv1.RolloutPromoting:
 		p.plan.keepStableTemplate = false
-		st.Weight = readyShare(in.canaryReady, in.stableReady)
+		p.promotionTraffic()
 		st.Message = fmt.Sprintf("every step passed; the stable pods take revision %s", in.desiredRev)
 	case servingv1.RolloutInconclusive:
 		st.Message = fmt.Sprintf("analysis at step %d could not judge the canary: %s; set the annotation %s to go on or %s to roll back",
@@ -678,8 +710,11 @@ func (r *Reconciler) planRollout(ctx context.Context, s *scope) {
 		in.stableRolledOut = rolledOut(d, ptr.Deref(d.Spec.Replicas, 1))
 	}
 	for _, p := range s.obs.pods {
-		if p.Canary && p.Current && p.Serves {
+		switch {
+		case p.Canary && p.Current && p.Serves:
 			in.canaryReady++
+		case !p.Canary && p.Current && p.Serves:
+			in.stableReadyCurrent++
 		}
 	}
 	plan := planRollout(in)

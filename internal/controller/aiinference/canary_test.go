@@ -155,16 +155,27 @@ func TestPromotionReplacesTheStableSetThenRemovesTheCanary(t *testing.T) {
 	r := newRolloutRun(t, canaryObject(servingv1.CanaryStep{Weight: 20, Pause: &servingv1.PauseStep{Duration: &metav1.Duration{Duration: time.Minute}}}))
 	r.in.canaryReady = 2
 	r.pass(0)
+	r.in.stableReady = 2
 	plan := r.pass(time.Minute)
-	if plan.status.Phase != servingv1.RolloutPromoting || plan.keepStableTemplate || plan.canaryReplicas != 2 {
-		t.Fatalf("after the last step: %s, keep %v, canary %d; want Promoting with the new stable template and the canary kept", plan.status.Phase, plan.keepStableTemplate, plan.canaryReplicas)
+	// First the traffic leaves the stable pods of the earlier revision, which
+	// keep their template while the Gateway applies that.
+	if plan.status.Phase != servingv1.RolloutPromoting || !plan.keepStableTemplate || plan.canaryReplicas != 2 ||
+		plan.status.Weight != 100 || plan.requeue != promotionDrain {
+		t.Fatalf("after the last step: %s, keep %v, canary %d, weight %d, requeue %s; want Promoting, the traffic on the canary, the stable template kept for %s",
+			plan.status.Phase, plan.keepStableTemplate, plan.canaryReplicas, plan.status.Weight, plan.requeue, promotionDrain)
 	}
-	r.in.stableRev, r.in.stableReady = "new", 1
+	if plan = r.pass(time.Second); !plan.keepStableTemplate || plan.status.Weight != 100 {
+		t.Fatalf("a second into the promotion: keep %v, weight %d", plan.keepStableTemplate, plan.status.Weight)
+	}
+	if plan = r.pass(promotionDrain); plan.keepStableTemplate || plan.status.Phase != servingv1.RolloutPromoting || plan.canaryReplicas != 2 {
+		t.Fatalf("after the drain: %s, keep %v, canary %d; want the new stable template and the canary kept", plan.status.Phase, plan.keepStableTemplate, plan.canaryReplicas)
+	}
+	r.in.stableRev, r.in.stableReady, r.in.stableReadyCurrent = "new", 1, 1
 	plan = r.pass(time.Second)
 	if plan.status.Phase != servingv1.RolloutPromoting || plan.status.Weight != 66 {
 		t.Fatalf("while the stable set rolls: %s, weight %d; want the share of ready replicas (2 of 3)", plan.status.Phase, plan.status.Weight)
 	}
-	r.in.stableRolledOut, r.in.stableReady = true, 3
+	r.in.stableRolledOut, r.in.stableReady, r.in.stableReadyCurrent = true, 3, 3
 	plan = r.pass(time.Second)
 	if plan.status.Phase != servingv1.RolloutPromoted || plan.canaryReplicas != 0 || plan.stableReplicas != 4 || plan.status.StableRevision != "new" {
 		t.Fatalf("stable rolled out: %s, canary %d, stable %d, revision %s", plan.status.Phase, plan.canaryReplicas, plan.stableReplicas, plan.status.StableRevision)
