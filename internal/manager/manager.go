@@ -16,6 +16,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -31,6 +32,7 @@ import (
 	servingv1alpha1 "github.com/aiinference/operator/api/v1alpha1"
 	"github.com/aiinference/operator/internal/controller/aiinference"
 	"github.com/aiinference/operator/internal/eventrecorder"
+	"github.com/aiinference/operator/internal/nodecache"
 	"github.com/aiinference/operator/internal/version"
 	"github.com/aiinference/operator/internal/webhook"
 )
@@ -228,6 +230,13 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		Analyzer: aiinference.PrometheusAnalyzer,
 		Now:      time.Now,
 	}
+	// Limited to its namespaces, the operator may not read the reports, which
+	// live in the cache plugin's namespace: status.modelCache is left out.
+	if len(opts.WatchNamespaces) == 0 {
+		if r.ModelCacheReports, err = modelCacheReports(mgr); err != nil {
+			return nil, err
+		}
+	}
 	if opts.ActivatorAdvertiseAddress != "" && opts.ActivatorBindAddress != "" && opts.ActivatorBindAddress != "0" {
 		if err := addActivator(mgr, r, opts); err != nil {
 			return nil, err
@@ -237,6 +246,24 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("setting up the AIInference controller: %w", err)
 	}
 	return mgr, nil
+}
+
+// modelCacheReports is a cache of the nodes' model cache reports alone: the
+// manager's cache holds only the operator's own ConfigMaps, and these are the
+// cache plugin's.
+func modelCacheReports(mgr ctrl.Manager) (cache.Cache, error) {
+	reports, err := labels.NewRequirement(nodecache.StateLabel, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
+	c, err := cache.New(mgr.GetConfig(), cache.Options{
+		HTTPClient: mgr.GetHTTPClient(), Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), DefaultTransform: stripForCache,
+		ByObject: map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {Label: labels.NewSelector().Add(*reports)}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the model cache reports' cache: %w", err)
+	}
+	return c, mgr.Add(c)
 }
 
 func ptrTo[T any](v T) *T { return &v }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
@@ -77,6 +78,10 @@ type Reconciler struct {
 	// Wake carries the models whose requests the activator holds, for a
 	// reconcile at once; nil: none.
 	Wake <-chan event.GenericEvent
+	// ModelCacheReports holds the nodes' model cache reports (ConfigMaps
+	// labelled nodecache.StateLabel, in the cache plugin's namespace), read for
+	// status.modelCache and watched; nil: not read, and the field is left out.
+	ModelCacheReports cache.Cache
 
 	// apis remembers which optional traffic kinds the cluster serves.
 	apis servedAPIs
@@ -165,6 +170,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		return ctrl.Result{}, nil
 	}
 	s := &scope{obj: obj, now: r.Now()}
+	r.observeModelCache(ctx, s)
 	// A step's error is shown in status as well as returned.
 	s.obs.stepError = r.reconcileSteps(ctx, s)
 	statusErr := traced(ctx, "patchStatus", func(ctx context.Context) error { return r.patchStatus(ctx, s) })
@@ -378,6 +384,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
 	}
 	if r.Wake != nil {
 		b = b.WatchesRawSource(source.Channel(r.Wake, &handler.EnqueueRequestForObject{}))
+	}
+	if r.ModelCacheReports != nil {
+		b = b.WatchesRawSource(source.Kind(r.ModelCacheReports, &corev1.ConfigMap{}, handler.TypedEnqueueRequestsFromMapFunc(r.reportToInferences)))
 	}
 	return b.
 		Watches(&servingv1.AIInference{}, unansweredFirst).

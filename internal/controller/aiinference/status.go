@@ -49,6 +49,9 @@ type observation struct {
 	// childChanged is true when this pass wrote a child, so what was observed of the
 	// children may describe the previous spec.
 	childChanged bool
+	// modelCache is status.modelCache from the nodes' reports; nil for a model
+	// off the node cache or when the reports are not read.
+	modelCache *servingv1.ModelCacheStatus
 }
 
 // problem is a reason and a message a person can act on.
@@ -149,6 +152,7 @@ func computeStatus(obj *servingv1.AIInference, obs observation, loads loadAssess
 	st.Ready = fmt.Sprintf("%d/%d", st.ReadyReplicas, ro.desired)
 	st.GPU = gpuSummary(obj.Spec.GPU)
 	st.Selector = labels.SelectorFromSet(selectorLabels(obj)).String()
+	st.ModelCache = obs.modelCache
 	if at := obj.Annotations[servingv1.AnnotationRequestedAt]; at != "" {
 		st.LastHandledRequestedAt = at
 	}
