@@ -301,10 +301,12 @@ type specError struct{ error }
 func (e specError) Unwrap() error { return e.error }
 
 // unwatchedReasons are the problems whose cause the operator does not watch (a
-// user's PVC, a CRD, an object it does not own holding a child's name): the
+// user's PVC, a CRD, the node cache's CSIDriver, an object it does not own
+// holding a child's name): the
 // object is looked at again after waitingRequeue.
 var unwatchedReasons = map[string]bool{
 	servingv1.ReasonPVCNotFound: true, servingv1.ReasonTrafficAPIMissing: true, servingv1.ReasonNameConflict: true,
+	servingv1.ReasonModelCacheNotInstalled: true,
 }
 
 // result turns what a pass met into its result, in one place: an error is

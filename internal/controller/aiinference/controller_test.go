@@ -26,6 +26,7 @@ func TestAPassResultIsTheSoonestLookOrItsError(t *testing.T) {
 		{name: "a load times out later", scope: &scope{loads: loadAssessment{requeue: 5 * time.Minute}}, requeue: 5 * time.Minute},
 		{name: "a missing PVC is not watched", scope: &scope{loads: loadAssessment{requeue: 5 * time.Minute},
 			obs: observation{referenceProblem: &problem{reason: servingv1.ReasonPVCNotFound}}}, requeue: waitingRequeue},
+		{name: "the node cache is not installed", scope: &scope{obs: observation{referenceProblem: &problem{reason: servingv1.ReasonModelCacheNotInstalled}}}, requeue: waitingRequeue},
 		{name: "a name taken by an object not owned", scope: &scope{obs: observation{nameConflict: &problem{reason: servingv1.ReasonNameConflict}}}, requeue: waitingRequeue},
 		{name: "an invalid name waits for a person", scope: &scope{obs: observation{referenceProblem: &problem{reason: servingv1.ReasonInvalidName}}}},
 		{name: "the rollout's next step is sooner", scope: &scope{loads: loadAssessment{requeue: time.Minute},
