@@ -40,7 +40,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	flags := genericclioptions.NewConfigFlags(true)
 	root := &cobra.Command{
 		Use:          "kubectl-aii",
-		Short:        "Explain AIInference objects: status, why one is not Ready, its history and its logs",
+		Short:        "Explain AIInference objects: status, why one is not Ready, its history and its logs; the nodes' model caches",
 		SilenceUsage: true,
 		Annotations:  map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl aii"},
 	}
@@ -75,7 +75,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 
 	status := &cobra.Command{
 		Use:   "status NAME",
-		Short: "Phase, conditions, each replica (node, GPU, loader and engine state), the last load and the last failure with its fix",
+		Short: "Phase, conditions, each replica (node, GPU, loader and engine state), the last load, the node cache's copies and the last failure with its fix",
 		Args:  cobra.ExactArgs(1),
 	}
 	statusPrint := withPrint(status)
@@ -132,7 +132,21 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	logs.Flags().BoolVar(&loader, "loader", false, "Show the model loader's logs instead of the engine's.")
 	logs.Flags().Int64Var(&tail, "tail", 100, "Lines of each pod's log to show; -1 for all.")
 
-	root.AddCommand(status, why, trace, logs)
+	cache := &cobra.Command{
+		Use:   "cache",
+		Short: "Every node's model cache (cache.type Node): each copy's namespace, source, size, state, pods and last use, and each node's use of its budget",
+		Args:  cobra.NoArgs,
+	}
+	cachePrint := withPrint(cache)
+	cache.RunE = func(cmd *cobra.Command, _ []string) error {
+		e, err := newEnv(cmd, cachePrint)
+		if err != nil {
+			return err
+		}
+		return e.cache()
+	}
+
+	root.AddCommand(status, why, trace, logs, cache)
 	return root
 }
 

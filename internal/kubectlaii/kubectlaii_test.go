@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -32,6 +33,9 @@ import (
 var (
 	k8s        client.Client
 	kubeconfig string
+	// viewerKubeconfig is a user's who may read the AIInferences and their
+	// pods, Deployments, nodes and events, and no ConfigMap.
+	viewerKubeconfig string
 )
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
@@ -68,20 +72,63 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	if viewerKubeconfig, err = addViewer(env, dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	return m.Run()
+}
+
+// addViewer adds the user of viewerKubeconfig, bound to a ClusterRole that
+// reads what kubectl aii reads except ConfigMaps.
+func addViewer(env *envtest.Environment, dir string) (string, error) {
+	ctx := context.Background()
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "aii-viewer"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{servingv1.GroupVersion.Group}, Resources: []string{"aiinferences"}, Verbs: []string{"get", "list"}},
+		{APIGroups: []string{"", "apps", "events.k8s.io"}, Resources: []string{"pods", "nodes", "events", "deployments"}, Verbs: []string{"get", "list"}},
+	}}
+	if err := k8s.Create(ctx, role); err != nil {
+		return "", err
+	}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "aii-viewer"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "viewer"}}}
+	if err := k8s.Create(ctx, binding); err != nil {
+		return "", err
+	}
+	user, err := env.AddUser(envtest.User{Name: "viewer"}, nil)
+	if err != nil {
+		return "", err
+	}
+	data, err := user.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "viewer-kubeconfig")
+	return path, os.WriteFile(path, data, 0o600)
 }
 
 // aii runs the plugin as `kubectl aii ARGS... --kubeconfig K`.
 func aii(t *testing.T, args ...string) string {
 	t.Helper()
+	out, err := aiiAs(t, kubeconfig, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// aiiAs runs the plugin with the user of config.
+func aiiAs(t *testing.T, config string, args ...string) (string, error) {
+	t.Helper()
 	var out, errOut bytes.Buffer
 	cmd := NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
-	cmd.SetArgs(append(args, "--kubeconfig", kubeconfig))
+	cmd.SetArgs(append(args, "--kubeconfig", config))
 	if err := cmd.ExecuteContext(context.Background()); err != nil {
-		t.Fatalf("kubectl aii %v: %v\n%s", args, err, errOut.String())
+		return "", fmt.Errorf("kubectl aii %v: %w\n%s", args, err, errOut.String())
 	}
 	t.Logf("$ kubectl aii %s\n%s", strings.Join(args, " "), out.String())
-	return out.String()
+	return out.String(), nil
 }
 
 func must(t *testing.T, err error) {

@@ -20,6 +20,7 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/loadspec"
+	"github.com/aiinference/operator/internal/nodecache"
 	"github.com/aiinference/operator/internal/reasons"
 	"github.com/aiinference/operator/internal/units"
 )
@@ -44,6 +45,8 @@ type StatusReport struct {
 	Rollout *servingv1.RolloutStatus `json:"rollout,omitempty"`
 	// Autoscaling is the autoscaler's view: its bounds and status.autoscaling.
 	Autoscaling *AutoscalingReport `json:"autoscaling,omitempty"`
+	// ModelCache is the node cache's copies of the model (cache.type Node).
+	ModelCache *ModelCacheReport `json:"modelCache,omitempty"`
 }
 
 // AutoscalingReport is the autoscaler's view.
@@ -133,6 +136,10 @@ type view struct {
 	deployment *appsv1.Deployment
 	pods       []corev1.Pod
 	nodes      map[string]*corev1.Node
+	// reports are the nodes' model cache reports, read for a model on the
+	// node cache; reportsErr says why they could not be.
+	reports    []nodecache.Report
+	reportsErr error
 }
 
 func (e *env) load(name string) (*view, error) {
@@ -176,6 +183,9 @@ func (e *env) status(name string) error {
 		return err
 	}
 	e.readProgress(v)
+	if onNodeCache(v.obj) {
+		v.reports, v.reportsErr = e.readNodeReports()
+	}
 	r := statusReport(v, time.Now())
 	if done, err := e.printStructured("AIInferenceStatus", r); done {
 		return err
@@ -235,6 +245,9 @@ func statusReport(v *view, now time.Time) StatusReport {
 			}
 		}
 		r.Replicas = append(r.Replicas, rep)
+	}
+	if onNodeCache(obj) {
+		r.ModelCache = modelCacheReport(v, now)
 	}
 	if f := st.LastFailure; f != nil {
 		x := reasons.Explain(f.Reason)
@@ -322,6 +335,9 @@ func writeStatus(out io.Writer, r StatusReport) {
 	}
 	if a := r.Autoscaling; a != nil {
 		writeAutoscaling(out, a)
+	}
+	if m := r.ModelCache; m != nil {
+		writeModelCache(out, m)
 	}
 	if f := r.LastFailure; f != nil {
 		fmt.Fprintf(out, "Last failure: %s on pod %s at %s", f.Reason, dash(f.Pod), f.Time.UTC().Format(time.RFC3339))
