@@ -111,7 +111,8 @@ func nodeReport(g Gomega, node string) nodecache.Report {
 }
 
 // TestRealNodeModelCacheDownloadsOncePerNode runs three replicas of a model on
-// the node cache over the two real nodes (a node holds two of the suite's pods,
+// the node cache, in a namespace that enforces Pod Security "restricted", over
+// the two real nodes (a node holds two of the suite's pods,
 // so at least two share a node): the store serves the model's files once per
 // node that runs a replica, counted in its access log. Then the copies are
 // corrupted in place on the hosts while no pod runs, and the replicas come back:
@@ -122,6 +123,15 @@ func TestRealNodeModelCacheDownloadsOncePerNode(t *testing.T) {
 	defer modelCacheSerial.Unlock()
 	caches := startModelCache(t)
 	ctx := context.Background()
+	// The pods on the node cache pass Pod Security "restricted": their cache is
+	// a csi volume, not a hostPath.
+	ns := &corev1.Namespace{}
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: obj.Namespace}, ns)).To(Succeed())
+	if ns.Labels == nil {
+		ns.Labels = map[string]string{}
+	}
+	ns.Labels["pod-security.kubernetes.io/enforce"], ns.Labels["pod-security.kubernetes.io/enforce-version"] = "restricted", "latest"
+	g.Expect(k8s.Update(ctx, ns)).To(Succeed())
 	const prefix = "node-cache-model/"
 	server := &s3test.Server{Endpoint: store.Endpoint, Root: store.Root, Client: store.Client}
 	// Files under the loader's smallest part (a quarter of 16 MiB, for the
