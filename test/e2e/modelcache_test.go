@@ -334,20 +334,6 @@ func copyOf(c localcluster.ModelCacheNode, obj *servingv1.AIInference) string {
 	return filepath.Join(c.Dir, "models", key)
 }
 
-// treeBytes is the size of the regular files under dir.
-func treeBytes(dir string) int64 {
-	var n int64
-	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if info, err := d.Info(); err == nil {
-				n += info.Size()
-			}
-		}
-		return nil
-	})
-	return n
-}
-
 // killLoader kills the loader of pod on this host (a real node's containers
 // are the host's processes), found by its command and the pod's cgroup.
 func killLoader(g Gomega, pod corev1.Pod) {
