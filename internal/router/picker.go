@@ -20,6 +20,8 @@ type Endpoint struct {
 	Addr string
 	// MetricsURL is the engine's Prometheus /metrics.
 	MetricsURL string
+	// Track is the pod's serving.aiinference.io/track: stable or canary.
+	Track string
 }
 
 // Reasons a replica was picked, in order of weight.
