@@ -8,8 +8,8 @@ import (
 
 // request is what the router reads of an OpenAI request body.
 type request struct {
-	Model    string `json:"model"`
-	Stream   bool   `json:"stream"`
+	Model    string          `json:"model"`
+	Stream   bool            `json:"stream"`
 	Prompt   json.RawMessage `json:"prompt"`
 	Messages []struct {
 		Role    string          `json:"role"`
