@@ -78,6 +78,8 @@ type Options struct {
 	HoldTimeout time.Duration
 	// Poll is how often a waiting request looks for a serving replica.
 	Poll time.Duration
+	// Keepalive is how often a waiting streaming request gets an SSE comment.
+	Keepalive time.Duration
 	// MaxBodyBytes bounds one request body.
 	MaxBodyBytes int64
 	// MaxBodiesBytes and MaxBodies bound the bodies held at once across models.
@@ -128,6 +130,7 @@ func (o Options) withDefaults() Options {
 	set(&o.MaxBodies, DefaultMaxBodies)
 	setDuration(&o.HoldTimeout, DefaultHoldTimeout)
 	setDuration(&o.Poll, 100*time.Millisecond)
+	setDuration(&o.Keepalive, 15*time.Second)
 	setDuration(&o.BodyReadTimeout, DefaultBodyReadTimeout)
 	setDuration(&o.HeaderTimeout, DefaultHeaderTimeout)
 	setDuration(&o.ScrapeInterval, DefaultScrapeInterval)
@@ -305,11 +308,24 @@ func (rt *Router) route(w http.ResponseWriter, r *http.Request, obj *servingv1.A
 	}
 	session := r.Header.Get(rt.opts.SessionHeader)
 	state := rt.state(key, obj.Spec.Engine.Type)
-	candidates, status, why := rt.waitForEndpoints(ctx, key, state, obj, track, blocks, session)
+	// A streaming client that must wait gets its headers at once and an SSE
+	// comment every keepalive, so that proxies and clients do not time it out.
+	var held *heldStream
+	onWait := func() {}
+	if req.Stream {
+		held = &heldStream{ResponseWriter: w}
+		onWait = held.keepalive
+		w = held
+	}
+	candidates, status, why := rt.waitForEndpoints(ctx, key, state, obj, track, blocks, session, onWait)
 	if candidates == nil {
 		rt.metrics.answered(key, "", status)
 		span.SetAttributes(attribute.Int("http.status_code", status))
-		if status != statusClientGone {
+		switch {
+		case status == statusClientGone:
+		case held != nil && held.started:
+			held.errorEvent(status, why)
+		default:
 			writeError(w, status, retryAfterOf(status), why)
 		}
 		return
@@ -360,10 +376,10 @@ func retryAfterOf(status int) int {
 // waitForEndpoints is the replicas to pick from, once one serves; nil with
 // the status and reason to answer when none came within the hold timeout.
 func (rt *Router) waitForEndpoints(ctx context.Context, key types.NamespacedName, state *modelState, obj *servingv1.AIInference,
-	track string, blocks []uint64, session string) ([]Endpoint, int, string) {
+	track string, blocks []uint64, session string, onWait func()) ([]Endpoint, int, string) {
 	deadline := time.NewTimer(rt.opts.HoldTimeout)
 	defer deadline.Stop()
-	var poll *time.Ticker
+	var poll, keepalive *time.Ticker
 	for {
 		eps, err := rt.dir.Endpoints(ctx, obj)
 		if err != nil {
@@ -380,6 +396,9 @@ func (rt *Router) waitForEndpoints(ctx context.Context, key types.NamespacedName
 			defer rt.release(key, state)
 			poll = time.NewTicker(rt.opts.Poll)
 			defer poll.Stop()
+			keepalive = time.NewTicker(rt.opts.Keepalive)
+			defer keepalive.Stop()
+			onWait()
 		}
 		select {
 		case <-ctx.Done():
@@ -388,6 +407,8 @@ func (rt *Router) waitForEndpoints(ctx context.Context, key types.NamespacedName
 			return nil, http.StatusServiceUnavailable, "the router is stopping; send the request again"
 		case <-deadline.C:
 			return nil, http.StatusServiceUnavailable, fmt.Sprintf("no replica of %s served within %s; send the request again", key, rt.opts.HoldTimeout)
+		case <-keepalive.C:
+			onWait()
 		case <-poll.C:
 			if fresh, err := rt.dir.Model(ctx, key); err == nil && fresh != nil {
 				obj = fresh
@@ -596,4 +617,55 @@ func writeError(w http.ResponseWriter, status, retryAfter int, message string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": message, "code": status}})
+}
+
+// heldStream is the response of a streaming request that waited for a
+// replica: once it has sent its headers and a comment, the replica's answer
+// follows as events, and a failure as an error event.
+type heldStream struct {
+	http.ResponseWriter
+	started bool
+	// failed is set when the replica answered with an error after the
+	// stream started: its body is replaced by one error event.
+	failed bool
+}
+
+func (h *heldStream) keepalive() {
+	if !h.started {
+		h.Header().Set("Content-Type", "text/event-stream")
+		h.Header().Set("Cache-Control", "no-cache")
+		h.ResponseWriter.WriteHeader(http.StatusOK)
+		h.started = true
+	}
+	_, _ = io.WriteString(h.ResponseWriter, ": waiting for a replica of the model\n\n")
+	h.Flush()
+}
+
+func (h *heldStream) WriteHeader(code int) {
+	if !h.started {
+		h.ResponseWriter.WriteHeader(code)
+		return
+	}
+	if code != http.StatusOK {
+		h.failed = true
+		h.errorEvent(code, fmt.Sprintf("the replica answered HTTP %d", code))
+	}
+}
+
+func (h *heldStream) Write(p []byte) (int, error) {
+	if h.failed {
+		return len(p), nil
+	}
+	return h.ResponseWriter.Write(p)
+}
+
+func (h *heldStream) Flush() { _ = http.NewResponseController(h.ResponseWriter).Flush() }
+
+// Unwrap lets http.ResponseController reach the connection.
+func (h *heldStream) Unwrap() http.ResponseWriter { return h.ResponseWriter }
+
+func (h *heldStream) errorEvent(status int, message string) {
+	data, _ := json.Marshal(map[string]any{"error": map[string]any{"code": status, "message": message}})
+	_, _ = fmt.Fprintf(h.ResponseWriter, "data: %s\n\n", data)
+	h.Flush()
 }

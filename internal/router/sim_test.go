@@ -341,3 +341,40 @@ func TestBodiesAreBounded(t *testing.T) {
 		t.Errorf("the slot was not given back after the timeout: HTTP 429 %s", bytes.TrimSpace(b))
 	}
 }
+
+// A streaming request that waits for a replica gets its headers and a
+// comment at once, comments while it waits, then the replica's events.
+func TestAStreamWaitingForAReplicaIsKeptAlive(t *testing.T) {
+	sim := routingbench.StartSim(t, "sim-0", fast)
+	url, dir, _ := routerFor(t, router.Options{HoldTimeout: 20 * time.Second, Poll: 20 * time.Millisecond, Keepalive: 100 * time.Millisecond})
+	dir.SetEndpoints(nil)
+
+	begin := time.Now()
+	resp := post(t, context.Background(), url, completion("held while the model starts", 5, true))
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("HTTP %d %q, want 200 text/event-stream at once", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	if waited := time.Since(begin); waited > 2*time.Second {
+		t.Errorf("headers after %s", waited)
+	}
+	reader := bufio.NewReader(resp.Body)
+	comments := 0
+	for comments < 3 {
+		line, err := reader.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(line, ":") {
+			comments++
+		}
+	}
+	dir.SetSims([]*routingbench.Sim{sim})
+	rest, err := io.ReadAll(reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(rest), "data: {"); n < 5 || !strings.Contains(string(rest), "data: [DONE]") {
+		t.Errorf("after the replica came, %d events and no [DONE]:\n%s", n, rest)
+	}
+}

@@ -58,4 +58,3 @@ func TestCompareRouting(t *testing.T) {
 		t.Errorf("the router's prefix hit share %.1f%% is not above round robin's %.1f%%", 100*routed.HitShare, 100*roundRobin.HitShare)
 	}
 }
-

@@ -58,7 +58,7 @@ var H100Llama8B = Profile{
 	PrefillPerToken:     250 * time.Microsecond,
 	InterTokenLatency:   12 * time.Millisecond,
 	MaxNumSeqs:          8,
-	KVCacheBlocks:       1024,
+	KVCacheBlocks:       512,
 	TimeFactorUnderLoad: 2,
 }
 
