@@ -61,8 +61,10 @@ func (rt *Router) readBody(w http.ResponseWriter, r *http.Request) (body []byte,
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(rt.opts.BodyReadTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, reserved))
-	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
+		// The rest of the body is not worth waiting for: close the connection
+		// after the answer rather than read on (the deadline stays passed).
+		w.Header().Set("Connection", "close")
 		release()
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
@@ -70,5 +72,6 @@ func (rt *Router) readBody(w http.ResponseWriter, r *http.Request) (body []byte,
 		}
 		return nil, nothing, http.StatusRequestTimeout, fmt.Sprintf("reading the request body within %s: %v", rt.opts.BodyReadTimeout, err)
 	}
+	_ = rc.SetReadDeadline(time.Time{})
 	return body, release, 0, ""
 }

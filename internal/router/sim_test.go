@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ func routerFor(t *testing.T, opts router.Options, sims ...*routingbench.Sim) (st
 }
 
 func completion(prompt string, maxTokens int, stream bool) string {
-	b, _ := json.Marshal(map[string]any{"model": routingbench.Model, "prompt": prompt, "max_tokens": maxTokens, "stream": stream})
+	b, _ := json.Marshal(map[string]any{"model": routingbench.Model, "prompt": prompt, "max_tokens": maxTokens, "stream": stream, "ignore_eos": true})
 	return string(b)
 }
 
@@ -117,55 +118,95 @@ func TestStreamingPassesThroughUnbuffered(t *testing.T) {
 	}
 }
 
-// A client that goes away ends the engine's work on its request.
+// A client that goes away ends the request to the replica: the router
+// closes its connection to the engine at once. (The simulator keeps
+// generating a request whose client left, as its running gauge shows, so the
+// connection is watched instead, by a relay in front of the simulator.)
 func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	slow := fast
 	slow.InterTokenLatency = 50 * time.Millisecond
 	sim := routingbench.StartSim(t, "sim-0", slow)
-	url, _, reg := routerFor(t, router.Options{}, sim)
+	relay := startRelay(t, sim.Addr)
+	url, dir, reg := routerFor(t, router.Options{})
+	dir.SetEndpoints([]router.Endpoint{{Name: "sim-0", Addr: relay.addr}})
 
+	// Not streamed: no byte comes back for 20 s, so only the client's going
+	// away can end the request sooner.
 	ctx, cancel := context.WithCancel(context.Background())
-	resp := post(t, ctx, url, completion("a long answer please", 400, true)) // 20 s of tokens
-	reader := bufio.NewReader(resp.Body)
-	if _, err := reader.ReadString('\n'); err != nil {
-		t.Fatal(err)
-	}
-	if running := simGauge(t, sim, "vllm:num_requests_running"); running != 1 {
-		t.Fatalf("the simulator runs %v requests, want 1", running)
-	}
-	cancel()
-	_ = resp.Body.Close()
-	deadline := time.Now().Add(3 * time.Second)
-	for simGauge(t, sim, "vllm:num_requests_running") != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the simulator still runs the request 3 s after its client went away")
+	errs := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/completions", strings.NewReader(completion("a long answer please", 400, false)))
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_ = resp.Body.Close()
 		}
-		time.Sleep(50 * time.Millisecond)
+		errs <- err
+	}()
+	waitFor(t, func() bool { return relay.open() == 1 }, "the router connects to the replica")
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	if err := <-errs; err == nil {
+		t.Fatal("the request ended before its client went away")
 	}
+	gone := time.Now()
+	for relay.open() != 0 {
+		if time.Since(gone) > 5*time.Second {
+			t.Fatal("the router still holds its connection to the replica 5 s after the client went away (the answer takes 20 s)")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("the router closed its connection to the replica %s after the client went away", time.Since(gone).Round(time.Millisecond))
 	waitFor(t, func() bool {
 		return metric(t, reg, "aiinference_router_in_flight_requests", map[string]string{"endpoint": "sim-0"}) == 0
 	}, "the router counts no request in flight")
 }
 
-func simGauge(t *testing.T, sim *routingbench.Sim, name string) float64 {
+// relay passes TCP connections on to a server and counts those open.
+type relay struct {
+	addr string
+	mu   sync.Mutex
+	n    int
+}
+
+func (r *relay) open() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
+}
+
+func startRelay(t *testing.T, to string) *relay {
 	t.Helper()
-	resp, err := http.Get("http://" + sim.Addr + "/metrics")
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = resp.Body.Close() }()
-	total := 0.0
-	scanner := bufio.NewScanner(resp.Body)
-	for scanner.Scan() {
-		line := scanner.Text()
-		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
-			var v float64
-			fields := strings.Fields(line)
-			_, _ = fmt.Sscan(fields[len(fields)-1], &v)
-			total += v
+	t.Cleanup(func() { _ = l.Close() })
+	r := &relay{addr: l.Addr().String()}
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp4", to)
+			if err != nil {
+				_ = in.Close()
+				continue
+			}
+			r.mu.Lock()
+			r.n++
+			r.mu.Unlock()
+			go func() { _, _ = io.Copy(in, out); _ = in.Close() }()
+			go func() {
+				_, _ = io.Copy(out, in) // ends when the router closes its side
+				_ = out.Close()
+				r.mu.Lock()
+				r.n--
+				r.mu.Unlock()
+			}()
 		}
-	}
-	return total
+	}()
+	return r
 }
 
 func waitFor(t *testing.T, cond func() bool, what string) {

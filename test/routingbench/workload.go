@@ -197,7 +197,7 @@ func chat(ctx context.Context, client *http.Client, base, model string, messages
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	body, _ := json.Marshal(map[string]any{
-		"model": model, "messages": messages, "max_tokens": maxTokens, "stream": true,
+		"model": model, "messages": messages, "max_tokens": maxTokens, "stream": true, "ignore_eos": true,
 		"stream_options": map[string]any{"include_usage": true},
 	})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(body))
