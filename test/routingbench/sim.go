@@ -129,6 +129,7 @@ func StartSim(t testing.TB, name string, p Profile) *Sim {
 			"--prefill-time-per-token", p.PrefillPerToken.String(),
 			"--inter-token-latency", p.InterTokenLatency.String(),
 			"--max-num-seqs", strconv.Itoa(p.MaxNumSeqs),
+			"--max-model-len", "32768", // the history of a long conversation
 			"--time-factor-under-load", strconv.FormatFloat(max(p.TimeFactorUnderLoad, 1), 'f', -1, 64),
 		)
 		s.cmd.Env = append(os.Environ(), "POD_IP=127.0.0.1")

@@ -231,12 +231,18 @@ func chat(ctx context.Context, client *http.Client, base, model string, messages
 					Content string `json:"content"`
 				} `json:"delta"`
 			} `json:"choices"`
+			Error *struct {
+				Message string `json:"message"`
+			} `json:"error"`
 			Usage *struct {
 				CompletionTokens int `json:"completion_tokens"`
 			} `json:"usage"`
 		}
 		if err := json.Unmarshal(data, &chunk); err != nil {
 			return 0, "", 0, fmt.Errorf("a chunk that is not JSON: %.200s", data)
+		}
+		if chunk.Error != nil {
+			return 0, "", 0, fmt.Errorf("error event: %s", chunk.Error.Message)
 		}
 		if chunk.Usage != nil {
 			usageTokens = chunk.Usage.CompletionTokens
