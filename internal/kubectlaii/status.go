@@ -20,7 +20,7 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/loadspec"
-	"github.com/aiinference/operator/internal/nodecache"
+	"github.com/aiinference/operator/internal/nodecachespec"
 	"github.com/aiinference/operator/internal/reasons"
 	"github.com/aiinference/operator/internal/units"
 )
@@ -138,7 +138,7 @@ type view struct {
 	nodes      map[string]*corev1.Node
 	// reports are the nodes' model cache reports, read for a model on the
 	// node cache; reportsErr says why they could not be.
-	reports    []nodecache.Report
+	reports    []nodecachespec.Report
 	reportsErr error
 }
 

@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -381,6 +382,32 @@ func findNamed(list []any, name any) any {
 		if item.(map[string]any)["name"] == name {
 			return item
 		}
+	}
+	return nil
+}
+
+// deleteOwned deletes a child the spec no longer asks for, if this AIInference
+// controls it; anything else of that name is left alone. Only the cache is read:
+// it holds every child the operator made, so a pass with nothing to remove
+// costs no request.
+func (r *Reconciler) deleteOwned(ctx context.Context, s *scope, desired, existing client.Object) error {
+	if err := r.Get(ctx, client.ObjectKeyFromObject(desired), existing); err != nil {
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+			return nil
+		}
+		return fmt.Errorf("reading %s %s: %w", desired.GetObjectKind().GroupVersionKind().Kind, desired.GetName(), err)
+	}
+	if !metav1.IsControlledBy(existing, s.obj) || !existing.GetDeletionTimestamp().IsZero() {
+		return nil
+	}
+	kind := desired.GetObjectKind().GroupVersionKind().Kind
+	ctrl.LoggerFrom(ctx).Info("Deleting "+kind+" the spec no longer asks for", kind, klog.KObj(existing))
+	uid := existing.GetUID()
+	switch err := r.Delete(ctx, existing, client.Preconditions{UID: &uid}); {
+	case err == nil:
+		s.noteChange()
+	case !apierrors.IsNotFound(err) && !apierrors.IsConflict(err):
+		return fmt.Errorf("deleting %s %s: %w", kind, existing.GetName(), err)
 	}
 	return nil
 }
