@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"sync"
 	"time"
 
@@ -21,27 +19,10 @@ const forgetAfter = 10 * time.Minute
 // scrapeParallel bounds the engines read at once.
 const scrapeParallel = 16
 
-// newScrapeClient reads engines' /metrics: the pods are the users', so it
-// follows no redirect, uses no proxy, sends nothing but the GET, and is
-// bounded in time (autoscale.Scrape bounds the bytes).
-func newScrapeClient(timeout time.Duration) *http.Client {
-	return &http.Client{
-		Timeout: timeout,
-		Transport: &http.Transport{
-			Proxy:               nil,
-			DialContext:         (&net.Dialer{Timeout: timeout}).DialContext,
-			MaxIdleConnsPerHost: 2,
-			IdleConnTimeout:     time.Minute,
-		},
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
-}
-
 // scrapeEngines reads the load of every replica of the models routed to
 // lately, each interval, until ctx ends; models idle for forgetAfter are
 // forgotten.
 func (rt *Router) scrapeEngines(ctx context.Context) {
-	client := newScrapeClient(rt.opts.ScrapeInterval)
 	tick := time.NewTicker(rt.opts.ScrapeInterval)
 	defer tick.Stop()
 	for {
@@ -50,7 +31,7 @@ func (rt *Router) scrapeEngines(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		rt.scrapeOnce(ctx, client)
+		rt.scrapeOnce(ctx)
 	}
 }
 
@@ -60,7 +41,10 @@ type scrapeJob struct {
 	engine servingv1.EngineType
 }
 
-func (rt *Router) scrapeOnce(ctx context.Context, client *http.Client) {
+// scrapeOnce reads every replica's load once, each read bounded by the
+// interval (the engines are the users': autoscale.Scrape reads them with the
+// client for such endpoints, which follows no redirect and bounds the answer).
+func (rt *Router) scrapeOnce(ctx context.Context) {
 	var jobs []scrapeJob
 	rt.mu.Lock()
 	for key, s := range rt.models {
@@ -79,7 +63,9 @@ func (rt *Router) scrapeOnce(ctx context.Context, client *http.Client) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			load, err := readEngineLoad(ctx, client, job.engine, job.ep.MetricsURL)
+			readCtx, cancel := context.WithTimeout(ctx, rt.opts.ScrapeInterval)
+			defer cancel()
+			load, err := readEngineLoad(readCtx, job.engine, job.ep.MetricsURL)
 			if err != nil {
 				rt.log.V(1).Info("Reading a replica's load", "endpoint", job.ep.Name, "error", err.Error())
 				return
@@ -94,7 +80,7 @@ var loadSignals = []servingv1.AutoscalingSignal{servingv1.SignalQueueDepth, serv
 
 // readEngineLoad reads the queue, the running requests and the KV-cache use
 // that an engine exports (those it does not export read 0).
-func readEngineLoad(ctx context.Context, client *http.Client, engineType servingv1.EngineType, url string) (EngineLoad, error) {
+func readEngineLoad(ctx context.Context, engineType servingv1.EngineType, url string) (EngineLoad, error) {
 	if url == "" {
 		return EngineLoad{}, errors.New("no /metrics address")
 	}
@@ -111,7 +97,7 @@ func readEngineLoad(ctx context.Context, client *http.Client, engineType serving
 	if len(wanted) == 0 {
 		return EngineLoad{}, fmt.Errorf("engine %s exports no load gauge", engineType)
 	}
-	signals, err := autoscale.Scrape(ctx, client, url, wanted, eng.SignalMetrics)
+	signals, err := autoscale.Scrape(ctx, url, wanted, eng.SignalMetrics)
 	if err != nil {
 		return EngineLoad{}, err
 	}
