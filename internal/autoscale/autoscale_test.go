@@ -2,9 +2,9 @@ package autoscale
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
-	"io"
 	"strings"
 	"sync/atomic"
 	"testing"

@@ -76,6 +76,11 @@ func (p *plugin) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if r.Source == "" || r.Target == "" {
 		return nil, status.Errorf(codes.InvalidArgument, "volume attribute %q and a target path are required", nodecachespec.AttrSource)
 	}
+	for _, a := range []string{nodecachespec.AttrSource, nodecachespec.AttrEndpoint} {
+		if len(attrs[a]) > nodecachespec.MaxAttrLength {
+			return nil, status.Errorf(codes.InvalidArgument, "volume attribute %s is %d bytes long, more than the %d a model's source or endpoint may be", a, len(attrs[a]), nodecachespec.MaxAttrLength)
+		}
+	}
 	if s := attrs[nodecachespec.AttrSizeBytes]; s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n < 0 {

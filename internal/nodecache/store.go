@@ -268,11 +268,16 @@ func (s *Store) makeRoom(need int64) ([]nodecachespec.Entry, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
+	if need > s.Budget {
+		return nil, false, nil
+	}
+	// Compared as used <= Budget-need: need comes from a volume attribute, and
+	// used+need could overflow (sizeBytes 9223372036854775807).
 	var used int64
 	for _, e := range entries {
 		used += e.Bytes
 	}
-	if used+need <= s.Budget {
+	if used <= s.Budget-need {
 		return nil, true, nil
 	}
 	var idle []nodecachespec.Entry
@@ -286,12 +291,12 @@ func (s *Store) makeRoom(need int64) ([]nodecachespec.Entry, bool, error) {
 	for _, e := range idle {
 		freeable += e.Bytes
 	}
-	if used-freeable+need > s.Budget {
+	if used-freeable > s.Budget-need {
 		return nil, false, nil // evicting everything idle would not make room: keep them
 	}
 	var evicted []nodecachespec.Entry
 	for _, e := range idle {
-		if used+need <= s.Budget {
+		if used <= s.Budget-need {
 			break
 		}
 		// The record goes first: a copy without one is never handed out again.
@@ -332,6 +337,9 @@ func (s *Store) entries() ([]nodecachespec.Entry, error) {
 		}
 		key := d.Name()
 		rec, err := readJSON[record](s.recordPath(key))
+		if err == nil && (len(rec.Source) > nodecachespec.MaxAttrLength || len(rec.Endpoint) > nodecachespec.MaxAttrLength) {
+			err = errors.New("written before attributes were bounded") // never handed out again
+		}
 		if err != nil {
 			// An eviction killed between its two steps: finish it, unless in use.
 			if pods[key] == 0 {

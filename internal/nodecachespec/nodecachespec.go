@@ -23,6 +23,12 @@ const (
 	AttrSizeBytes = "sizeBytes"
 )
 
+// MaxAttrLength bounds the source and the endpoint a volume may name: as long
+// as an AIInference's own (an http URL or s3.endpoint, 2048 bytes). Every copy
+// of the node goes into one report, a ConfigMap of at most 1 MiB; a pod that
+// names its volume directly must not be able to fill it alone.
+const MaxAttrLength = 2048
+
 // NodeLabelPrefix starts the node labels that say a node holds a complete copy
 // of a model (the label's name is the copy's key).
 const NodeLabelPrefix = "model-cache.aiinference.io/"
@@ -69,4 +75,7 @@ type Report struct {
 	BudgetBytes int64   `json:"budgetBytes"`
 	UsedBytes   int64   `json:"usedBytes"`
 	Entries     []Entry `json:"entries"`
+	// Omitted counts the copies left out to keep the report within its bound
+	// (idle copies, least recently used first).
+	Omitted int `json:"omitted,omitempty"`
 }

@@ -36,14 +36,15 @@ func StartPod(t testing.TB, namespace, name string, opts SimOptions) *Pod {
 // and waits until every simulator answers.
 func StartPods(t testing.TB, specs ...PodSpec) []*Pod {
 	t.Helper()
-	pods := make([]*Pod, 0, len(specs))
+	sims := make([]*Sim, 0, len(specs))
 	for _, spec := range specs {
-		sim := launchSim(t, spec.Sim)
-		proxy := StartHTTPMetricsProxy(t, sim.Addr)
-		pods = append(pods, &Pod{Namespace: spec.Namespace, Name: spec.Name, Addr: proxy.Addr, Sim: sim})
+		sims = append(sims, launchSim(t, spec.Sim))
 	}
-	for _, p := range pods {
-		p.Sim.waitHealthy(t)
+	pods := make([]*Pod, 0, len(specs))
+	for i, spec := range specs {
+		sims[i].waitHealthy(t) // its address is known once it serves
+		proxy := StartHTTPMetricsProxy(t, sims[i].Addr)
+		pods = append(pods, &Pod{Namespace: spec.Namespace, Name: spec.Name, Addr: proxy.Addr, Sim: sims[i]})
 	}
 	return pods
 }

@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,6 +34,7 @@ import (
 	"time"
 
 	"github.com/aiinference/operator/test/testutil"
+	"github.com/aiinference/operator/test/testutil/freeport"
 )
 
 var (
@@ -81,16 +83,49 @@ func isExecutable(p string) bool {
 	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
 }
 
-// freeAddr is a free loopback address to give a process that picks no port itself.
-func freeAddr(t testing.TB) string {
+// server is a process serving HTTP on a loopback port it binds itself.
+type server struct {
+	name func(port string) string
+	bin  string
+	args func(port string) []string
+	addr string // 127.0.0.1:PORT
+	proc *process
+}
+
+// launchServer starts bin on a free loopback port, without waiting for it
+// (see waitReady); name and args are the process's for a port.
+func launchServer(t testing.TB, name func(port string) string, bin string, args func(port string) []string) *server {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	s := &server{name: name, bin: bin, args: args}
+	s.launch(t)
+	return s
+}
+
+func (s *server) launch(t testing.TB) {
+	t.Helper()
+	port, err := freeport.Pick()
 	if err != nil {
-		t.Fatalf("finding a free port: %v", err)
+		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
+	s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	s.proc = startProcess(t, s.name(strconv.Itoa(port)), s.bin, s.args(strconv.Itoa(port))...)
+}
+
+// waitReady waits until GET path answers 200. A server whose port was taken
+// before it bound it is started again on another port (see freeport).
+func (s *server) waitReady(t testing.TB, path string, timeout time.Duration) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		err := waitHTTP(s.proc, "http://"+s.addr+path, timeout)
+		if err == nil {
+			return
+		}
+		if !freeport.Taken(err, "") || attempt == freeport.Attempts {
+			t.Fatal(err)
+		}
+		t.Logf("%v: starting it on another port", err)
+		s.launch(t)
+	}
 }
 
 // process is a started binary with its output in a file, shown if the test fails.
@@ -163,22 +198,25 @@ func (p *process) exited() bool {
 	}
 }
 
-// waitHTTP waits until GET url answers 200, or fails the test.
-func waitHTTP(t testing.TB, p *process, url string, timeout time.Duration) {
-	t.Helper()
+// waitHTTP waits until GET url answers 200. A process that exits first fails
+// it, with freeport.ErrTaken when its log says its port was taken.
+func waitHTTP(p *process, url string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	client := &http.Client{Timeout: time.Second}
 	var last string
 	for time.Now().Before(deadline) {
 		if p.exited() {
 			out, _ := os.ReadFile(p.log)
-			t.Fatalf("%s exited while starting:\n%s", p.name, out)
+			if freeport.Taken(nil, string(out)) {
+				return fmt.Errorf("%s exited while starting: %w:\n%s", p.name, freeport.ErrTaken, out)
+			}
+			return fmt.Errorf("%s exited while starting:\n%s", p.name, out)
 		}
 		resp, err := client.Get(url)
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return nil
 			}
 			last = resp.Status
 		} else {
@@ -186,7 +224,7 @@ func waitHTTP(t testing.TB, p *process, url string, timeout time.Duration) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("%s: %s did not answer 200 within %s (last: %s)", p.name, url, timeout, last)
+	return fmt.Errorf("%s: %s did not answer 200 within %s (last: %s)", p.name, url, timeout, last)
 }
 
 // post sends a JSON body and returns the status and body.

@@ -31,8 +31,8 @@ type ScrapeTarget struct {
 // Prometheus is a running Prometheus server.
 type Prometheus struct {
 	// URL of its HTTP API, e.g. http://127.0.0.1:40123.
-	URL  string
-	proc *process
+	URL string
+	srv *server
 }
 
 // StartPrometheus starts a Prometheus server that scrapes the targets every
@@ -59,20 +59,20 @@ func StartPrometheus(t testing.TB, targets []ScrapeTarget) *Prometheus {
 	if err := os.WriteFile(config, []byte(cfg.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
-	proc := startProcess(t, "prometheus", promBin,
-		"--config.file="+config,
-		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr,
-		"--log.level=warn",
-	)
-	p := &Prometheus{URL: "http://" + addr, proc: proc}
-	waitHTTP(t, proc, p.URL+"/-/ready", 30*time.Second)
-	return p
+	srv := launchServer(t, func(string) string { return "prometheus" }, promBin, func(port string) []string {
+		return []string{
+			"--config.file=" + config,
+			"--storage.tsdb.path=" + filepath.Join(dir, "data"),
+			"--web.listen-address=127.0.0.1:" + port,
+			"--log.level=warn",
+		}
+	})
+	srv.waitReady(t, "/-/ready", 30*time.Second)
+	return &Prometheus{URL: "http://" + srv.addr, srv: srv}
 }
 
 // Stop stops the server; queries then fail as for an unreachable Prometheus.
-func (p *Prometheus) Stop() { p.proc.Stop() }
+func (p *Prometheus) Stop() { p.srv.proc.Stop() }
 
 // WaitForTargetsUp waits until Prometheus has scraped n targets successfully.
 // Prometheus's discovery manager hands new targets to the scrapers at most every

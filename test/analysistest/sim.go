@@ -35,7 +35,7 @@ type Sim struct {
 	Addr string
 	// Model it serves.
 	Model string
-	proc  *process
+	srv   *server
 }
 
 // StartSim starts a simulator and waits until it answers /health. It stops when
@@ -66,29 +66,31 @@ func launchSim(t testing.TB, opts SimOptions) *Sim {
 	if opts.MaxNumSeqs == 0 {
 		opts.MaxNumSeqs = 32
 	}
-	addr := freeAddr(t)
-	_, port, _ := splitHostPort(addr)
-	args := []string{
-		"--model", opts.Model,
-		"--port", port,
-		// echo answers with the prompt: a known number of tokens per request, so
-		// every request has inter-token latencies.
-		"--mode", "echo",
-		// The constant calculator takes the latencies as given, whatever the prompt.
-		"--latency-calculator", "constant",
-		"--time-to-first-token", opts.TimeToFirstToken.String(),
-		"--inter-token-latency", opts.InterTokenLatency.String(),
-		"--max-num-seqs", strconv.Itoa(opts.MaxNumSeqs),
-		"--failure-injection-rate", strconv.Itoa(opts.FailureRate),
-		"--failure-types", "server_error",
-	}
-	proc := startProcess(t, "llm-d-inference-sim-"+port, simBin, args...)
-	return &Sim{Addr: addr, Model: opts.Model, proc: proc}
+	srv := launchServer(t, func(port string) string { return "llm-d-inference-sim-" + port }, simBin,
+		func(port string) []string {
+			return []string{
+				"--model", opts.Model,
+				"--port", port,
+				// echo answers with the prompt: a known number of tokens per request, so
+				// every request has inter-token latencies.
+				"--mode", "echo",
+				// The constant calculator takes the latencies as given, whatever the prompt.
+				"--latency-calculator", "constant",
+				"--time-to-first-token", opts.TimeToFirstToken.String(),
+				"--inter-token-latency", opts.InterTokenLatency.String(),
+				"--max-num-seqs", strconv.Itoa(opts.MaxNumSeqs),
+				"--failure-injection-rate", strconv.Itoa(opts.FailureRate),
+				"--failure-types", "server_error",
+			}
+		})
+	return &Sim{Model: opts.Model, srv: srv}
 }
 
+// waitHealthy waits for /health; then Addr is where the simulator serves.
 func (s *Sim) waitHealthy(t testing.TB) {
 	t.Helper()
-	waitHTTP(t, s.proc, "http://"+s.Addr+"/health", 30*time.Second)
+	s.srv.waitReady(t, "/health", 30*time.Second)
+	s.Addr = s.srv.addr
 }
 
 // Configure changes the simulator while it runs, through POST /admin/config
@@ -119,4 +121,4 @@ func (s *Sim) SetFailureRate(t testing.TB, percent int) {
 }
 
 // Stop stops the simulator, as an engine that goes away.
-func (s *Sim) Stop() { s.proc.Stop() }
+func (s *Sim) Stop() { s.srv.proc.Stop() }

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,6 +24,8 @@ import (
 	awscreds "github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/aiinference/operator/test/testutil/freeport"
 )
 
 // Root access keys of the test server.
@@ -81,30 +82,33 @@ type Server struct {
 	exited   chan struct{}
 }
 
-// FreePort returns a loopback TCP port nobody listens on right now.
-func FreePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
 // Start runs versitygw (at binary) on 127.0.0.1 over the folder root, and waits
-// until it answers. logw receives its output (nil: discarded).
+// until it answers. logw receives its output (nil: discarded). A port taken
+// before versitygw bound it costs a start on another port (see freeport).
 func Start(binary, root string, logw io.Writer) (*Server, error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, err
 	}
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
+	var s *Server
+	_, err := freeport.Start(func(port int) (err error) {
+		s, err = startOn(binary, root, port, logw)
+		return err
+	})
+	return s, err
+}
+
+func startOn(binary, root string, port int, logw io.Writer) (*Server, error) {
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	cmd := exec.Command(binary, "--port", addr, "--access", AccessKey, "--secret", SecretKey,
 		"--quiet", "--keep-alive", "posix", root)
-	cmd.Stdout, cmd.Stderr = logw, logw
+	// The output is kept too (read once the process has exited), to tell a
+	// taken port from another failure; it says little (--quiet).
+	var early bytes.Buffer
+	out := io.Writer(&early)
+	if logw != nil {
+		out = io.MultiWriter(logw, &early)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -121,7 +125,11 @@ func Start(binary, root string, logw io.Writer) (*Server, error) {
 		}
 		select {
 		case <-s.exited:
-			return nil, fmt.Errorf("versitygw exited at start: %v", cmd.ProcessState)
+			msg := early.String()
+			if freeport.Taken(nil, msg) {
+				return nil, fmt.Errorf("versitygw on %s: %w: %s", addr, freeport.ErrTaken, msg)
+			}
+			return nil, fmt.Errorf("versitygw exited at start: %v: %s", cmd.ProcessState, msg)
 		default:
 		}
 		if time.Now().After(deadline) {
