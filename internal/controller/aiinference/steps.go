@@ -145,6 +145,10 @@ func (r *Reconciler) reconcileCanaryDeployment(ctx context.Context, s *scope) er
 
 func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
 	svc := desiredService(s.obj, s.engine)
+	if s.routed() {
+		// Its EndpointSlice <name>-router leads to the router instead.
+		svc.Spec.Selector = nil
+	}
 	res, err := r.apply(ctx, s, svc, &corev1.Service{})
 	if err != nil || res == applyConflict {
 		return err
