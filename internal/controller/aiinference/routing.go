@@ -49,6 +49,10 @@ const DefaultRouterService = "aiinference-router"
 // selects the AIInference.
 const OpenAIServiceName = "aiinference-openai"
 
+// labelOpenAIAddress, "true" on a Service, tells the router that the Service
+// is a namespace's OpenAI address (internal/router's contract).
+const labelOpenAIAddress = "serving.aiinference.io/openai"
+
 // OpenAIServicePort is the port of OpenAIServiceName.
 const OpenAIServicePort = 80
 
@@ -175,7 +179,7 @@ func openAIFieldOwner(obj *servingv1.AIInference) client.FieldOwner {
 func openAIMeta(obj *servingv1.AIInference, name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{
 		Name: name, Namespace: obj.Namespace,
-		Labels: map[string]string{servingv1.LabelManagedBy: servingv1.ManagedByValue, servingv1.LabelName: OpenAIServiceName},
+		Labels: map[string]string{servingv1.LabelManagedBy: servingv1.ManagedByValue, servingv1.LabelName: OpenAIServiceName, labelOpenAIAddress: "true"},
 		OwnerReferences: []metav1.OwnerReference{{
 			APIVersion: servingv1.GroupVersion.String(), Kind: "AIInference", Name: obj.Name, UID: obj.UID,
 		}},
