@@ -20,7 +20,7 @@ manifests: ## Generate the CRD, RBAC and webhook manifests under config/ (and co
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./api/...;./internal/controller/..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	$(CONTROLLER_GEN) rbac:roleName=webhook-cert-role webhook paths="./internal/webhook/..." output:rbac:artifacts:config=config/webhook output:webhook:artifacts:config=config/webhook
 	cp config/crd/bases/serving.aiinference.io_aiinferences.yaml charts/aiinference-operator/files/crd.yaml
-	cp config/prometheus/podmonitor.yaml config/prometheus/prometheusrule.yaml charts/aiinference-operator/files/
+	cp config/prometheus/podmonitor.yaml config/prometheus/router_podmonitor.yaml config/prometheus/prometheusrule.yaml charts/aiinference-operator/files/
 	go run ./hack/apidocs
 
 .PHONY: api-docs
