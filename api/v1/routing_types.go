@@ -26,3 +26,12 @@ type RoutingSpec struct {
 func (in *AIInference) RoutingEnabled() bool {
 	return in.Spec.Routing != nil && in.Spec.Routing.Enabled
 }
+
+// RouterPodName is the app.kubernetes.io/name label of the router's pods
+// (config/router, the chart's router.enabled): the routed models'
+// NetworkPolicies let them in, and `kubectl aii status` reads their metrics.
+const RouterPodName = "aiinference-router"
+
+// RouterSliceName is the EndpointSlice of a routed model's Service, which
+// lists the router's ready pods.
+func RouterSliceName(model string) string { return model + "-router" }

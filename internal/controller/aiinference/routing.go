@@ -39,7 +39,7 @@ import (
 
 // RouterPodName is the value of OperatorPodLabel on the router's pods, which
 // the routed models' NetworkPolicies let in.
-const RouterPodName = "aiinference-router"
+const RouterPodName = servingv1.RouterPodName
 
 // DefaultRouterService is the router's Service in the operator's namespace.
 const DefaultRouterService = "aiinference-router"
@@ -124,7 +124,7 @@ func routerEndpoints(items []discoveryv1.EndpointSlice) routerView {
 }
 
 // routerSliceName is the EndpointSlice of a routed model's Service.
-func routerSliceName(obj *servingv1.AIInference) string { return obj.Name + "-router" }
+func routerSliceName(obj *servingv1.AIInference) string { return servingv1.RouterSliceName(obj.Name) }
 
 // desiredRouterSlice leads the EndpointSlice's Service to the router's pods.
 func desiredRouterSlice(meta metav1.ObjectMeta, service string, v routerView) *discoveryv1.EndpointSlice {
