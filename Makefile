@@ -176,6 +176,11 @@ test-netpol: tools ## NetworkPolicy enforced on a real node (kube-router): an al
 	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeNetworkPolicyIsEnforced' -count=1 -timeout 20m -v \
 		| grep -E 'netpol figure|^(--- |ok|FAIL)'
 
+.PHONY: bench-routing
+bench-routing: ## Routing: a chat workload (testdata) at a sweep of rates, round robin over 4 simulators against the router, the bound (one simulator with all the cache), and the router's own cost
+	ROUTING_BENCH=1 go test ./test/routingbench/ -run 'TestBenchRouting' -count=1 -timeout 60m -v \
+		| grep -E 'routing (bench|figure)|^(routing|round robin|router|bound) |^(--- |ok|FAIL)'
+
 .PHONY: bench-loader
 bench-loader: ## The model loader against rclone: through a remote-store-shaped link, then on loopback (4.3 GB tree, cached; BENCH_LOADER_ARGS="-runs 5")
 	go run ./internal/loader/bench $(BENCH_LOADER_ARGS)
