@@ -142,6 +142,9 @@ func TestBenchRouting(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if res.Failed > 0 {
+			fmt.Fprintf(out, "routing bench: %s: %d of %d requests failed, the first: %s\n", name, res.Failed, res.Requests, res.FirstError)
+		}
 		return Summarize(name, res, after.Sub(before))
 	}
 	urls := func(sims []*Sim) []string {
