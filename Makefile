@@ -20,7 +20,7 @@ manifests: ## Generate the CRD, RBAC and webhook manifests under config/ (and co
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./api/...;./internal/controller/..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	$(CONTROLLER_GEN) rbac:roleName=webhook-cert-role webhook paths="./internal/webhook/..." output:rbac:artifacts:config=config/webhook output:webhook:artifacts:config=config/webhook
 	cp config/crd/bases/serving.aiinference.io_aiinferences.yaml charts/aiinference-operator/files/crd.yaml
-	cp config/prometheus/podmonitor.yaml config/prometheus/prometheusrule.yaml charts/aiinference-operator/files/
+	cp config/prometheus/podmonitor.yaml config/prometheus/router_podmonitor.yaml config/prometheus/prometheusrule.yaml charts/aiinference-operator/files/
 	go run ./hack/apidocs
 
 .PHONY: api-docs
@@ -175,6 +175,11 @@ bench-cache: tools ## The node-local model cache: a replica's start with a cold 
 test-netpol: tools ## NetworkPolicy enforced on a real node (kube-router): an allowed client served, a denied one refused, the loader and the Gateway still through (root, cgroup v1)
 	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeNetworkPolicyIsEnforced' -count=1 -timeout 20m -v \
 		| grep -E 'netpol figure|^(--- |ok|FAIL)'
+
+.PHONY: bench-routing
+bench-routing: ## Routing: a chat workload (testdata) at a sweep of rates, round robin over 4 simulators against the router, the bound (one simulator with all the cache), and the router's own cost
+	ROUTING_BENCH=1 go test ./test/routingbench/ -run 'TestBenchRouting' -count=1 -timeout 60m -v \
+		| grep -E 'routing (bench|figure)|^(routing|round robin|router|bound) |^(--- |ok|FAIL)'
 
 .PHONY: bench-loader
 bench-loader: ## The model loader against rclone: through a remote-store-shaped link, then on loopback (4.3 GB tree, cached; BENCH_LOADER_ARGS="-runs 5")

@@ -22,6 +22,8 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || self.engine.type == 'vLLM' || !has(self.autoscaling.targets.kvCacheUtilization)",message="autoscaling.targets.kvCacheUtilization needs vLLM's vllm:kv_cache_usage_perc; TGI and Triton export no KV-cache utilisation: use queueDepth (or runningRequests with TGI)"
 // +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || self.engine.type != 'Triton' || !has(self.autoscaling.targets.runningRequests)",message="autoscaling.targets.runningRequests: Triton exports no gauge of running requests: use queueDepth (nv_inference_pending_request_count)"
 // +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || self.engine.type != 'Triton' || !has(self.autoscaling.minReplicas) || self.autoscaling.minReplicas >= 1",message="autoscaling.minReplicas 0 needs to know when the model is idle, and Triton exports no gauge of running requests: set minReplicas to 1 or more for Triton"
+// +kubebuilder:validation:XValidation:rule="!has(self.routing) || !self.routing.enabled || self.engine.type != 'Triton'",message="routing.enabled needs an OpenAI API (the router reads the model and the prompt from /v1/completions and /v1/chat/completions bodies), which Triton does not serve: use vLLM or TGI, or leave routing off"
+// +kubebuilder:validation:XValidation:rule="!has(self.routing) || !self.routing.enabled || !has(self.autoscaling) || !has(self.autoscaling.minReplicas) || self.autoscaling.minReplicas >= 1",message="routing.enabled with autoscaling.minReplicas 0 is not supported yet: the operator's activator, which holds the requests of a model at zero, stands where the router would; set autoscaling.minReplicas to 1 or more, or leave routing off"
 type AIInferenceSpec struct {
 	// Model says which model to serve and where its weights are.
 	Model ModelSpec `json:"model"`
@@ -92,6 +94,12 @@ type AIInferenceSpec struct {
 	// where its pods may connect: DNS and the model's store, for the loader.
 	// +optional
 	NetworkPolicy *NetworkPolicySpec `json:"networkPolicy,omitempty"`
+
+	// Routing, when enabled, sends the model's requests through the
+	// operator's router, which picks the replica by prompt prefix and load
+	// instead of round robin. Off by default (see routing.enabled).
+	// +optional
+	Routing *RoutingSpec `json:"routing,omitempty"`
 }
 
 // PodMetadata are extra labels and annotations for the pods.

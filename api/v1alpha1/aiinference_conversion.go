@@ -62,6 +62,7 @@ type v1Fields struct {
 	Rollout          *servingv1.RolloutSpec        `json:"rollout,omitempty"`
 	Autoscaling      *servingv1.AutoscalingSpec    `json:"autoscaling,omitempty"`
 	NetworkPolicy    *servingv1.NetworkPolicySpec  `json:"networkPolicy,omitempty"`
+	Routing          *servingv1.RoutingSpec        `json:"routing,omitempty"`
 	Status           *v1StatusFields               `json:"status,omitempty"`
 }
 
@@ -157,6 +158,7 @@ func (src *AIInference) ConvertTo(dstRaw conversion.Hub) error {
 	dst.Spec.Rollout = saved.Rollout.DeepCopy()
 	dst.Spec.Autoscaling = saved.Autoscaling.DeepCopy()
 	dst.Spec.NetworkPolicy = saved.NetworkPolicy.DeepCopy()
+	dst.Spec.Routing = saved.Routing.DeepCopy()
 	if len(dst.Spec.ImagePullSecrets) == 0 {
 		dst.Spec.ImagePullSecrets = nil
 	}
@@ -219,6 +221,7 @@ func (dst *AIInference) ConvertFrom(srcRaw conversion.Hub) error {
 		Rollout:          s.Rollout.DeepCopy(),
 		Autoscaling:      s.Autoscaling.DeepCopy(),
 		NetworkPolicy:    s.NetworkPolicy.DeepCopy(),
+		Routing:          s.Routing.DeepCopy(),
 	}
 	if !equality.Semantic.DeepEqual(sourceFromLocation(loc), s.Model.Source) {
 		lost.Source = s.Model.Source.DeepCopy()

@@ -217,7 +217,7 @@ func checkAlone(t *testing.T, path, text string, ours []string) {
 	t.Helper()
 	for _, f := range flagRef.FindAllStringSubmatch(text, -1) {
 		if _, ok := externalFlags[f[1]]; !ok && !hasFlag(ours, f[1]) {
-			t.Errorf("%s: --%s is no flag of manager, model-loader or kubectl aii (in %q); if it is another program's, add it to externalFlags", path, f[1], strings.TrimSpace(f[0]))
+			t.Errorf("%s: --%s is no flag of manager, model-loader, router or kubectl aii (in %q); if it is another program's, add it to externalFlags", path, f[1], strings.TrimSpace(f[0]))
 		}
 	}
 }

@@ -9,7 +9,7 @@
 #   node: kubelet, kube-proxy, containerd, runc and CNI plugins of a real node;
 #   node-packages: only the Debian packages a real node needs (apt-get, as root);
 #   sim: llm-d-inference-sim; images: the real node's image tarballs (pause,
-#   model-loader, llm-d-inference-sim) for `ctr images import`; promtool: Debian's
+#   model-loader, llm-d-inference-sim, router) for `ctr images import`; promtool: Debian's
 #   prometheus package (promtool checks metric names and unit-tests the alerts);
 #   traefik: the local cluster's Gateway API data plane (docs/gateway.md);
 #   keda: KEDA's operator, run on the host by the bring-your-own autoscaler test.
@@ -173,7 +173,7 @@ image() {
 }
 
 images() {
-	local sim_bin images_src work pause loader engine dir
+	local sim_bin images_src work pause loader engine router dir
 	sim_bin=$(sim)/llm-d-inference-sim
 	images_src=$(cd "$tools_dir/../images" && pwd)
 	work=$(mktemp -d)
@@ -181,14 +181,17 @@ images() {
 	trap "rm -rf '$work'" EXIT
 	(cd "$images_src" && CGO_ENABLED=0 go build -trimpath -o "$work/pause" ./pause)
 	(cd "$tools_dir/../.." && CGO_ENABLED=0 go build -trimpath -o "$work/model-loader" ./cmd/model-loader)
+	(cd "$tools_dir/../.." && CGO_ENABLED=0 go build -trimpath -o "$work/router" ./cmd/router)
 	pause=$(image pause "$work/pause" 65535:65535)
 	loader=$(image model-loader "$work/model-loader" 65532:65532)
 	engine=$(image llm-d-inference-sim "$sim_bin" 65532:65532 "$sim_version-")
-	dir="$cache_root/images/set-$(basename "$pause" .tar)-$(basename "$loader" .tar)-$(basename "$engine" .tar)"
+	router=$(image router "$work/router" 65532:65532)
+	dir="$cache_root/images/set-$(basename "$pause" .tar)-$(basename "$loader" .tar)-$(basename "$engine" .tar)-$(basename "$router" .tar)"
 	mkdir -p "$dir"
 	ln -sfn "$pause" "$dir/pause.tar"
 	ln -sfn "$loader" "$dir/model-loader.tar"
 	ln -sfn "$engine" "$dir/llm-d-inference-sim.tar"
+	ln -sfn "$router" "$dir/router.tar"
 	echo "$dir"
 }
 

@@ -47,6 +47,8 @@ type StatusReport struct {
 	Autoscaling *AutoscalingReport `json:"autoscaling,omitempty"`
 	// ModelCache is the node cache's copies of the model (cache.type Node).
 	ModelCache *ModelCacheReport `json:"modelCache,omitempty"`
+	// Routing is where the router sent the requests (spec.routing.enabled).
+	Routing *RoutingReport `json:"routing,omitempty"`
 }
 
 // AutoscalingReport is the autoscaler's view.
@@ -187,6 +189,9 @@ func (e *env) status(name string) error {
 		v.reports, v.reportsErr = e.readNodeReports()
 	}
 	r := statusReport(v, time.Now())
+	if v.obj.RoutingEnabled() {
+		r.Routing = e.readRouting(v.obj)
+	}
 	if done, err := e.printStructured("AIInferenceStatus", r); done {
 		return err
 	}
@@ -338,6 +343,9 @@ func writeStatus(out io.Writer, r StatusReport) {
 	}
 	if m := r.ModelCache; m != nil {
 		writeModelCache(out, m)
+	}
+	if rt := r.Routing; rt != nil {
+		writeRouting(out, rt)
 	}
 	if f := r.LastFailure; f != nil {
 		fmt.Fprintf(out, "Last failure: %s on pod %s at %s", f.Reason, dash(f.Pod), f.Time.UTC().Format(time.RFC3339))

@@ -88,6 +88,10 @@ type Options struct {
 	// ActivatorAdvertiseAddress, the IP the models' Services send to it, the
 	// activator runs and models with autoscaling.minReplicas 0 may go to zero.
 	ActivatorBindAddress, ActivatorAdvertiseAddress string
+	// RouterService is the router's Service in OperatorNamespace, which the
+	// Services of routed models lead to; empty (or no OperatorNamespace): no
+	// model is routed.
+	RouterService string
 
 	// skipNameValidation lets a test build several managers in one process.
 	skipNameValidation bool
@@ -225,7 +229,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		Scheme:    scheme,
 		Recorder:  events,
 		Options: aiinference.Options{LoaderImage: opts.LoaderImage, PrometheusURL: opts.PrometheusURL,
-			AutoscaleInterval: opts.AutoscaleInterval, OperatorNamespace: opts.OperatorNamespace},
+			AutoscaleInterval: opts.AutoscaleInterval, OperatorNamespace: opts.OperatorNamespace, RouterService: opts.RouterService},
 		Logs:     aiinference.PodLogs{Client: clientset},
 		Analyzer: aiinference.PrometheusAnalyzer,
 		Now:      time.Now,
@@ -234,6 +238,14 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	// live in the cache plugin's namespace: status.modelCache is left out.
 	if len(opts.WatchNamespaces) == 0 {
 		if r.ModelCacheReports, err = modelCacheReports(mgr); err != nil {
+			return nil, err
+		}
+	}
+	if opts.RouterService != "" && opts.OperatorNamespace != "" {
+		if r.RouterEndpoints, err = aiinference.RouterEndpointsCache(mgr, opts.OperatorNamespace, opts.RouterService); err != nil {
+			return nil, fmt.Errorf("creating the router endpoints' cache: %w", err)
+		}
+		if err := mgr.Add(r.RouterEndpoints); err != nil {
 			return nil, err
 		}
 	}
@@ -301,3 +313,7 @@ func podStatusOnly(obj any) (any, error) {
 	pod.Spec = corev1.PodSpec{NodeName: pod.Spec.NodeName}
 	return pod, nil
 }
+
+// DefaultRouterService is the router's Service that config/router and the
+// chart install beside the operator.
+const DefaultRouterService = aiinference.DefaultRouterService

@@ -32,6 +32,7 @@ const (
 	PauseImage       = "pause"
 	ModelLoaderImage = "model-loader"
 	EngineSimImage   = "llm-d-inference-sim"
+	RouterImage      = "router"
 )
 
 // LoadImageArchives returns the *.tar image archives in dir, sorted by name,

@@ -129,7 +129,9 @@ func StartSim(t testing.TB, name string, p Profile) *Sim {
 			"--prefill-time-per-token", p.PrefillPerToken.String(),
 			"--inter-token-latency", p.InterTokenLatency.String(),
 			"--max-num-seqs", strconv.Itoa(p.MaxNumSeqs),
-			"--max-model-len", "32768", // the history of a long conversation
+			// The simulator's default context is 1,024 tokens, shorter than a
+			// chat with a long system prompt; 8B models are served with 8K to 128K.
+			"--max-model-len", "32768",
 			"--time-factor-under-load", strconv.FormatFloat(max(p.TimeFactorUnderLoad, 1), 'f', -1, 64),
 		)
 		s.cmd.Env = append(os.Environ(), "POD_IP=127.0.0.1")

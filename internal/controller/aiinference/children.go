@@ -25,6 +25,9 @@ type Options struct {
 	// OperatorNamespace is where the operator's pods run, which the models'
 	// NetworkPolicies let in; "" when it runs outside the cluster.
 	OperatorNamespace string
+	// RouterService is the router's Service in OperatorNamespace; "":
+	// DefaultRouterService.
+	RouterService string
 }
 
 // selectorLabels select the pods of one AIInference.

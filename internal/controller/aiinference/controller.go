@@ -78,6 +78,10 @@ type Reconciler struct {
 	// labelled nodecache.StateLabel, in the cache plugin's namespace), read for
 	// status.modelCache and watched; nil: not read, and the field is left out.
 	ModelCacheReports cache.Cache
+	// RouterEndpoints holds the EndpointSlices of the router's Service
+	// (Options.RouterService in Options.OperatorNamespace), which routed
+	// models' Services lead to; nil: no router runs, and no model is routed.
+	RouterEndpoints cache.Cache
 
 	// apis remembers which optional traffic kinds the cluster serves.
 	apis servedAPIs
@@ -110,6 +114,8 @@ type scope struct {
 	// statusRead is the status the pass started from, kept when a step changes
 	// obj.Status for the rest of the pass (the autoscaler's count).
 	statusRead *servingv1.AIInferenceStatus
+	// router is where the router's ready pods are, for a routed model.
+	router routerView
 	// mu guards what steps that run at once write to obs; conflictKindRank is
 	// the conflictOrder of obs.nameConflict.
 	mu               sync.Mutex
@@ -262,6 +268,10 @@ func (r *Reconciler) writeChildren(ctx context.Context, s *scope) error {
 		return err
 	}
 	dependenciesOK := true
+	if run("observeRouter", r.observeRouter) != nil {
+		// Without the router's pods the Service cannot be written right.
+		return kerrors.NewAggregate(errs)
+	}
 	var writes sync.WaitGroup
 	writes.Go(func() {
 		if run("reconcileConfigMap", r.reconcileConfigMap) != nil || run("reconcileCachePVC", r.reconcileCachePVC) != nil {
@@ -270,6 +280,7 @@ func (r *Reconciler) writeChildren(ctx context.Context, s *scope) error {
 	})
 	writes.Go(func() { _ = run("reconcileService", r.reconcileService) })
 	writes.Go(func() { _ = run("reconcileNetworkPolicies", r.reconcileNetworkPolicies) })
+	writes.Go(func() { _ = run("reconcileRouting", r.reconcileRouting) })
 	if r.Activator != nil {
 		writes.Go(func() { _ = run("reconcileActivatorSlice", r.reconcileActivatorSlice) })
 	}
@@ -377,8 +388,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
 	if r.served(inferencePoolKind) {
 		b = b.Owns(&inferencev1.InferencePool{})
 	}
-	if r.Activator != nil {
+	if r.Activator != nil || r.RouterEndpoints != nil {
 		b = b.Owns(&discoveryv1.EndpointSlice{})
+	}
+	if r.RouterEndpoints != nil {
+		b = b.WatchesRawSource(source.Kind(r.RouterEndpoints, &discoveryv1.EndpointSlice{}, handler.TypedEnqueueRequestsFromMapFunc(r.routerSlicesToInferences)))
 	}
 	if r.Wake != nil {
 		b = b.WatchesRawSource(source.Channel(r.Wake, &handler.EnqueueRequestForObject{}))

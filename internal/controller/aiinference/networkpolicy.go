@@ -37,6 +37,14 @@ func desiredNetworkPolicies(obj *servingv1.AIInference, eng engine.Engine, opera
 			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: operatorNamespace}},
 			PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{OperatorPodLabel: OperatorPodName}},
 		})
+		if obj.RoutingEnabled() {
+			// The router passes on the requests of the peers above, after
+			// checking them against the same list (docs/routing.md).
+			from = append(from, networkingv1.NetworkPolicyPeer{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: operatorNamespace}},
+				PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{OperatorPodLabel: RouterPodName}},
+			})
+		}
 	}
 	ports := []networkingv1.NetworkPolicyPort{tcpPort(enginePort(obj, eng))}
 	if p := eng.MetricsPort(); p != 0 {

@@ -33,6 +33,10 @@ func desiredService(obj *servingv1.AIInference, eng engine.Engine) *corev1.Servi
 
 func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
 	svc := desiredService(s.obj, s.engine)
+	if s.routed() {
+		// Its EndpointSlice <name>-router leads to the router instead.
+		svc.Spec.Selector = nil
+	}
 	res, err := r.apply(ctx, s, svc, &corev1.Service{})
 	if err != nil || res == applyConflict {
 		return err
