@@ -240,7 +240,7 @@ func covers(existing, desired client.Object) (covered bool, added [][]string, er
 		return false, nil, err
 	}
 	extra := false
-	for _, path := range exactMaps[desired.GetObjectKind().GroupVersionKind().Kind] {
+	for _, path := range kindOf(desired.GetObjectKind().GroupVersionKind().Kind).exactMaps {
 		extra = addedKeys(have, want, path, []string{}, &added) || extra
 	}
 	for _, field := range []string{"spec", "data"} {
@@ -256,25 +256,6 @@ func covers(existing, desired client.Object) (covered bool, added [][]string, er
 		}
 	}
 	return !extra, added, nil
-}
-
-// exactMaps are the maps of a child whose every key the operator sets, by kind:
-// a key added there by hand changes what the child does (a Service selector with
-// one more key selects no pod; a node selector or a resource limit moves or
-// starves the pods), so it is removed as a changed value is put back. "*" is
-// every item of a list of named items. (Resource requests are not exact: the API
-// server copies a limit into a request left unset.) Other maps (metadata labels and
-// annotations, the pod template's annotations, where kubectl rollout restart
-// writes) keep what others add.
-var exactMaps = map[string][][]string{
-	"Service":   {{"spec", "selector"}},
-	"ConfigMap": {{"data"}},
-	"Deployment": {
-		{"spec", "template", "metadata", "labels"},
-		{"spec", "template", "spec", "nodeSelector"},
-		{"spec", "template", "spec", "containers", "*", "resources", "limits"},
-		{"spec", "template", "spec", "initContainers", "*", "resources", "limits"},
-	},
 }
 
 // addedKeys tells whether the map at path in have holds keys that want's lacks,
