@@ -44,7 +44,7 @@ func desiredActivatorSlice(obj *servingv1.AIInference, ip string, port int32) *d
 	if parsed := net.ParseIP(ip); parsed != nil && parsed.To4() == nil {
 		addressType = discoveryv1.AddressTypeIPv6
 	}
-	meta := childMeta(obj, activatorSliceName(obj))
+	meta := childMeta(obj, obj.ActivatorSliceName())
 	meta.Labels[discoveryv1.LabelServiceName] = obj.Name
 	meta.Labels[discoveryv1.LabelManagedBy] = servingv1.ManagedByValue
 	return &discoveryv1.EndpointSlice{
@@ -55,8 +55,6 @@ func desiredActivatorSlice(obj *servingv1.AIInference, ip string, port int32) *d
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(port), Protocol: ptr.To(corev1.ProtocolTCP)}},
 	}
 }
-
-func activatorSliceName(obj *servingv1.AIInference) string { return obj.Name + "-activator" }
 
 // reconcileActivatorSlice leads the model's Service to the activator while
 // the model is at zero and until a replica serves, and back to the pods alone

@@ -114,7 +114,7 @@ func canaryTargets(obj *servingv1.AIInference) (canary, stable string) {
 	pods := func(deployment string) string {
 		return fmt.Sprintf(`namespace=%q,pod=~%q`, obj.Namespace, deployment+"-[a-z0-9]+-[a-z0-9]+")
 	}
-	return pods(canaryName(obj)), pods(obj.Name)
+	return pods(obj.CanaryName()), pods(obj.Name)
 }
 
 // runAnalysis runs one analysis of the current step against Prometheus.

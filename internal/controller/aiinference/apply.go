@@ -240,11 +240,11 @@ func covers(existing, desired client.Object) (covered bool, added [][]string, er
 		return false, nil, err
 	}
 	extra := false
-	kind := desired.GetObjectKind().GroupVersionKind().Kind
-	for _, path := range exactMaps[kind] {
+	kind := kindOf(desired.GetObjectKind().GroupVersionKind().Kind)
+	for _, path := range kind.exactMaps {
 		extra = addedKeys(have, want, path, []string{}, &added) || extra
 	}
-	if exactSpecs[kind] {
+	if kind.exactSpec {
 		extra = addedFields(have["spec"], want["spec"], []string{"spec"}, &added) || extra
 	}
 	for _, field := range []string{"spec", "data"} {
@@ -261,32 +261,6 @@ func covers(existing, desired client.Object) (covered bool, added [][]string, er
 	}
 	return !extra, added, nil
 }
-
-// exactMaps are the maps of a child whose every key the operator sets, by kind:
-// a key added there by hand changes what the child does (a Service selector with
-// one more key selects no pod; a node selector or a resource limit moves or
-// starves the pods), so it is removed as a changed value is put back. "*" is
-// every item of a list of named items. (Resource requests are not exact: the API
-// server copies a limit into a request left unset.) Other maps (metadata labels and
-// annotations, the pod template's annotations, where kubectl rollout restart
-// writes) keep what others add.
-var exactMaps = map[string][][]string{
-	"Service":   {{"spec", "selector"}},
-	"ConfigMap": {{"data"}},
-	"Deployment": {
-		{"spec", "template", "metadata", "labels"},
-		{"spec", "template", "spec", "nodeSelector"},
-		{"spec", "template", "spec", "containers", "*", "resources", "limits"},
-		{"spec", "template", "spec", "initContainers", "*", "resources", "limits"},
-	},
-}
-
-// exactSpecs are the kinds whose whole spec the operator sets, every map and
-// field in it: a NetworkPolicy's selectors say whom it fences and whom it lets
-// in, and a key or a selector added by hand anywhere (one more label in
-// podSelector selects none of the model's pods, leaving them open to all) is
-// removed. The API server defaults nothing there that the operator leaves unset.
-var exactSpecs = map[string]bool{"NetworkPolicy": true}
 
 // addedFields tells whether have holds a field that want lacks, at any depth,
 // and appends the paths of those outside lists to added (a merge patch

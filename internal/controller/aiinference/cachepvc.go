@@ -25,7 +25,7 @@ func desiredCachePVC(obj *servingv1.AIInference) *corev1.PersistentVolumeClaim {
 	}
 	return &corev1.PersistentVolumeClaim{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
-		ObjectMeta: childMeta(obj, cachePVCName(obj)),
+		ObjectMeta: childMeta(obj, obj.CachePVCName()),
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes:      modes,
 			StorageClassName: cache.PVC.StorageClassName,

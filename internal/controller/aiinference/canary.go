@@ -23,26 +23,6 @@ const (
 	maxHistory      = 20
 )
 
-// Rollout decisions, recorded in status.rollout.history and as events.
-const (
-	decisionCanaryStarted  = "CanaryStarted"
-	decisionStepStarted    = "StepStarted"
-	decisionAnalysisPassed = "AnalysisPassed"
-	decisionPauseEnded     = "PauseEnded"
-	decisionPaused         = "Paused"
-	decisionResumed        = "Resumed"
-	decisionPromotedStep   = "StepPromoted"
-	decisionInconclusive   = "Inconclusive"
-	decisionPromoting      = "Promoting"
-	decisionPromoted       = "Promoted"
-	decisionRolledBack     = "RolledBack"
-	decisionAborted        = "Aborted"
-	decisionSuperseded     = "Superseded"
-)
-
-// warningDecisions are the decisions that need a person's attention.
-var warningDecisions = map[string]bool{decisionRolledBack: true, decisionAborted: true, decisionInconclusive: true}
-
 // rolloutPlan is what the canary rollout wants of the children in this pass.
 type rolloutPlan struct {
 	// status is status.rollout after this pass.
@@ -173,7 +153,7 @@ func (p *rolloutPass) applyDirectly() {
 	st := p.st
 	st.StableRevision, st.Weight = p.in.desiredRev, 0
 	if p.inProgress() && st.CanaryRevision != p.in.desiredRev {
-		p.decide(decisionSuperseded, "no stable replica to compare the canary with")
+		p.decide(servingv1.DecisionSuperseded, "no stable replica to compare the canary with")
 		st.Phase = ""
 	}
 }
@@ -184,7 +164,7 @@ func (p *rolloutPass) promote() {
 	st, in := p.st, p.in
 	if in.stableRev == in.desiredRev && in.stableRolledOut {
 		st.Phase, st.StableRevision, st.Weight, st.Message = servingv1.RolloutPromoted, in.desiredRev, 0, ""
-		p.decide(decisionPromoted, fmt.Sprintf("the stable pods run revision %s; the canary's pods are removed", in.desiredRev))
+		p.decide(servingv1.DecisionPromoted, fmt.Sprintf("the stable pods run revision %s; the canary's pods are removed", in.desiredRev))
 		return
 	}
 	p.runBothSets()
@@ -211,7 +191,7 @@ func (p *rolloutPass) promotionTraffic() {
 	}
 	for i := len(st.History) - 1; i >= 0; i-- {
 		d := st.History[i]
-		if d.Decision != decisionPromoting || d.Revision != st.CanaryRevision {
+		if d.Decision != servingv1.DecisionPromoting || d.Revision != st.CanaryRevision {
 			continue
 		}
 		if end := d.Time.Add(promotionDrain); in.now.Before(end) {
@@ -227,7 +207,7 @@ func (p *rolloutPass) promotionTraffic() {
 func (p *rolloutPass) settle() {
 	st, in := p.st, p.in
 	if p.inProgress() || st.Phase == servingv1.RolloutPromoting {
-		p.decide(decisionSuperseded, fmt.Sprintf("the spec is back to the stable revision %s; the canary of %s is removed", in.desiredRev, st.CanaryRevision))
+		p.decide(servingv1.DecisionSuperseded, fmt.Sprintf("the spec is back to the stable revision %s; the canary of %s is removed", in.desiredRev, st.CanaryRevision))
 		st.Phase = ""
 	}
 	st.StableRevision, st.Weight, st.Message, st.StepVerdicts = in.desiredRev, 0, "", nil
@@ -253,10 +233,10 @@ func (p *rolloutPass) runCanary() {
 	p.runBothSets()
 	switch {
 	case p.newAbort:
-		p.rollBack(decisionAborted, "aborted by hand (annotation "+servingv1.AnnotationAbort+"); all traffic is back on the stable pods")
+		p.rollBack(servingv1.DecisionAborted, "aborted by hand (annotation "+servingv1.AnnotationAbort+"); all traffic is back on the stable pods")
 		return
 	case in.loadsHalted != "":
-		p.rollBack(decisionRolledBack, fmt.Sprintf("the canary's model loads stopped (%s); all traffic is back on the stable pods", in.loadsHalted))
+		p.rollBack(servingv1.DecisionRolledBack, fmt.Sprintf("the canary's model loads stopped (%s); all traffic is back on the stable pods", in.loadsHalted))
 		return
 	}
 	if !p.stepStarted() || p.paused() {
@@ -277,12 +257,12 @@ func (p *rolloutPass) startCanary() {
 		return
 	}
 	if p.inProgress() && st.CanaryRevision != in.desiredRev {
-		p.decide(decisionSuperseded, fmt.Sprintf("a newer spec (revision %s) replaces the canary of %s", in.desiredRev, st.CanaryRevision))
+		p.decide(servingv1.DecisionSuperseded, fmt.Sprintf("a newer spec (revision %s) replaces the canary of %s", in.desiredRev, st.CanaryRevision))
 	}
 	*st = servingv1.RolloutStatus{StableRevision: in.stableRev, CanaryRevision: in.desiredRev, Phase: servingv1.RolloutProgressing,
 		History: st.History, LastHandledAbort: st.LastHandledAbort, LastHandledPromote: st.LastHandledPromote}
 	p.newAbort, p.newPromote = false, false
-	p.decide(decisionCanaryStarted, fmt.Sprintf("revision %s starts as a canary of %d pods next to the stable revision %s", in.desiredRev, canaryReplicaCount(p.c), in.stableRev))
+	p.decide(servingv1.DecisionCanaryStarted, fmt.Sprintf("revision %s starts as a canary of %d pods next to the stable revision %s", in.desiredRev, canaryReplicaCount(p.c), in.stableRev))
 }
 
 // rollBack sends all traffic back to the stable pods and removes the canary's.
@@ -305,7 +285,7 @@ func (p *rolloutPass) stepStarted() bool {
 		return false
 	}
 	startStep(st, p.c, p.in.now)
-	p.decide(decisionStepStarted, fmt.Sprintf("step %d of %d: the canary takes %d%% of the traffic", st.Step+1, len(p.c.Steps), st.Weight))
+	p.decide(servingv1.DecisionStepStarted, fmt.Sprintf("step %d of %d: the canary takes %d%% of the traffic", st.Step+1, len(p.c.Steps), st.Weight))
 	return true
 }
 
@@ -316,10 +296,10 @@ func (p *rolloutPass) paused() bool {
 	switch paused := p.in.obj.Annotations[servingv1.AnnotationPaused] == "true"; {
 	case paused && st.Phase != servingv1.RolloutPaused:
 		st.Phase = servingv1.RolloutPaused
-		p.decide(decisionPaused, "paused by hand (annotation "+servingv1.AnnotationPaused+")")
+		p.decide(servingv1.DecisionPaused, "paused by hand (annotation "+servingv1.AnnotationPaused+")")
 	case !paused && st.Phase == servingv1.RolloutPaused:
 		st.Phase = servingv1.RolloutProgressing
-		p.decide(decisionResumed, "resumed: the annotation "+servingv1.AnnotationPaused+" is gone")
+		p.decide(servingv1.DecisionResumed, "resumed: the annotation "+servingv1.AnnotationPaused+" is gone")
 	}
 	if st.Phase != servingv1.RolloutPaused {
 		return false
@@ -335,21 +315,21 @@ func (p *rolloutPass) runStep() (rolledBack bool) {
 	step := p.c.Steps[st.Step]
 	switch {
 	case p.newPromote:
-		p.advance(decisionPromotedStep, fmt.Sprintf("step %d promoted by hand (annotation %s)", st.Step+1, servingv1.AnnotationPromote))
+		p.advance(servingv1.DecisionPromotedStep, fmt.Sprintf("step %d promoted by hand (annotation %s)", st.Step+1, servingv1.AnnotationPromote))
 	case step.Pause != nil:
 		if step.Pause.Duration != nil && !p.in.now.Before(st.StepStartedAt.Add(step.Pause.Duration.Duration)) {
-			p.advance(decisionPauseEnded, fmt.Sprintf("the pause of step %d ended", st.Step+1))
+			p.advance(servingv1.DecisionPauseEnded, fmt.Sprintf("the pause of step %d ended", st.Step+1))
 		}
 	case step.Analysis != nil && st.Phase != servingv1.RolloutInconclusive:
 		switch analysisStep(st, step.Analysis, p.in) {
 		case servingv1.VerdictFail:
-			p.rollBack(decisionRolledBack, fmt.Sprintf("analysis failed at step %d: %s; all traffic is back on the stable pods", st.Step+1, failedChecks(st.Analysis)))
+			p.rollBack(servingv1.DecisionRolledBack, fmt.Sprintf("analysis failed at step %d: %s; all traffic is back on the stable pods", st.Step+1, failedChecks(st.Analysis)))
 			return true
 		case servingv1.VerdictInconclusive:
 			st.Phase = servingv1.RolloutInconclusive
-			p.decide(decisionInconclusive, fmt.Sprintf("analysis at step %d could not judge the canary (%s); promote or abort by hand", st.Step+1, failedChecks(st.Analysis)))
+			p.decide(servingv1.DecisionInconclusive, fmt.Sprintf("analysis at step %d could not judge the canary (%s); promote or abort by hand", st.Step+1, failedChecks(st.Analysis)))
 		case servingv1.VerdictPass:
-			p.advance(decisionAnalysisPassed, fmt.Sprintf("analysis passed at step %d", st.Step+1))
+			p.advance(servingv1.DecisionAnalysisPassed, fmt.Sprintf("analysis passed at step %d", st.Step+1))
 		}
 	}
 	return false
@@ -363,12 +343,12 @@ func (p *rolloutPass) advance(decision, message string) {
 	st.StepVerdicts = nil
 	if int(st.Step) >= len(p.c.Steps) {
 		st.Phase, st.StepStartedAt = servingv1.RolloutPromoting, nil
-		p.decide(decisionPromoting, fmt.Sprintf("every step passed: the stable pods take revision %s", p.in.desiredRev))
+		p.decide(servingv1.DecisionPromoting, fmt.Sprintf("every step passed: the stable pods take revision %s", p.in.desiredRev))
 		return
 	}
 	st.Phase = servingv1.RolloutProgressing
 	startStep(st, p.c, p.in.now)
-	p.decide(decisionStepStarted, fmt.Sprintf("step %d of %d: the canary takes %d%% of the traffic", st.Step+1, len(p.c.Steps), st.Weight))
+	p.decide(servingv1.DecisionStepStarted, fmt.Sprintf("step %d of %d: the canary takes %d%% of the traffic", st.Step+1, len(p.c.Steps), st.Weight))
 }
 
 // describe sets when to look again and the message for the phase the pass ends in.

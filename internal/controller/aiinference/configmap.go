@@ -57,7 +57,7 @@ func desiredConfigMap(obj *servingv1.AIInference, config string, budget loadspec
 	}
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: childMeta(obj, configMapName(obj)),
+		ObjectMeta: childMeta(obj, obj.LoaderConfigMapName()),
 		Data: map[string]string{
 			loadspec.ConfigFileName: config,
 			loadspec.BudgetFileName: string(budgetJSON),
@@ -72,7 +72,7 @@ func desiredCanaryConfigMap(obj *servingv1.AIInference, config string, budget lo
 	if err != nil {
 		return nil, err
 	}
-	cm.Name = canaryConfigMapName(obj)
+	cm.Name = obj.CanaryLoaderConfigMapName()
 	return cm, nil
 }
 

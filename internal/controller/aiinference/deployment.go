@@ -94,7 +94,7 @@ func DesiredDeployment(obj *servingv1.AIInference, opts Options) (*appsv1.Deploy
 // without a surge, as GPUs are scarce.
 func desiredCanaryDeployment(obj *servingv1.AIInference, desired *appsv1.Deployment, replicas int32) *appsv1.Deployment {
 	d := desired.DeepCopy()
-	d.Name = canaryName(obj)
+	d.Name = obj.CanaryName()
 	d.Labels[servingv1.LabelTrack] = servingv1.TrackCanary
 	selector := maps.Clone(selectorLabels(obj))
 	selector[servingv1.LabelTrack] = servingv1.TrackCanary
@@ -103,7 +103,7 @@ func desiredCanaryDeployment(obj *servingv1.AIInference, desired *appsv1.Deploym
 	d.Spec.Template.Labels[servingv1.LabelTrack] = servingv1.TrackCanary
 	for i := range d.Spec.Template.Spec.Volumes {
 		if v := &d.Spec.Template.Spec.Volumes[i]; v.Name == configVolume && v.ConfigMap != nil {
-			v.ConfigMap.Name = canaryConfigMapName(obj)
+			v.ConfigMap.Name = obj.CanaryLoaderConfigMapName()
 		}
 	}
 	d.Spec.Strategy = noSurgeStrategy()

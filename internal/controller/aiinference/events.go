@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/reasons"
 )
 
 // recordEvents makes an event for each rollout decision of the pass and one
@@ -17,7 +18,7 @@ func (r *Reconciler) recordEvents(obj *servingv1.AIInference, before *servingv1.
 	if s.obs.rollout != nil {
 		for _, d := range s.obs.rollout.decisions {
 			eventType := corev1.EventTypeNormal
-			if warningDecisions[d.Decision] {
+			if servingv1.IsWarningDecision(d.Decision) {
 				eventType = corev1.EventTypeWarning
 			}
 			r.Recorder.Eventf(obj, nil, eventType, d.Decision, "Rollout", "Revision %s, step %d, canary weight %d%%: %s", d.Revision, d.Step+1, d.Weight, d.Message)
@@ -29,7 +30,7 @@ func (r *Reconciler) recordEvents(obj *servingv1.AIInference, before *servingv1.
 		return
 	}
 	eventType := corev1.EventTypeNormal
-	if warningReasons[after.Reason] {
+	if reasons.Explain(after.Reason).Warning {
 		eventType = corev1.EventTypeWarning
 	}
 	r.Recorder.Eventf(obj, nil, eventType, after.Reason, "Reconcile", "%s", after.Message)
@@ -67,24 +68,4 @@ func (m *readyReasons) forget(key types.NamespacedName) {
 	m.mu.Lock()
 	delete(m.last, key)
 	m.mu.Unlock()
-}
-
-// warningReasons are the Ready reasons that need a person's attention.
-var warningReasons = map[string]bool{
-	servingv1.ReasonLoadFailed:               true,
-	servingv1.ReasonRetriesExhausted:         true,
-	servingv1.ReasonRetryingLoad:             true,
-	servingv1.ReasonEngineCrashLooping:       true,
-	servingv1.ReasonWarmupFailed:             true,
-	servingv1.ReasonPodStartFailed:           true,
-	servingv1.ReasonUnschedulable:            true,
-	servingv1.ReasonSecretNotFound:           true,
-	servingv1.ReasonSecretKeyMissing:         true,
-	servingv1.ReasonPVCNotFound:              true,
-	servingv1.ReasonNameConflict:             true,
-	servingv1.ReasonInvalidName:              true,
-	servingv1.ReasonUndecodableSpec:          true,
-	servingv1.ReasonReconcileError:           true,
-	servingv1.ReasonPodCreateFailed:          true,
-	servingv1.ReasonProgressDeadlineExceeded: true,
 }

@@ -118,7 +118,7 @@ func TestMetricNamesPassPromtool(t *testing.T) {
 		LastLoad:   &servingv1.LoadReport{Bytes: 1, BytesFetched: 1, Duration: metav1.Duration{Duration: time.Second}},
 		Conditions: []metav1.Condition{readyCond(metav1.ConditionTrue, servingv1.ReasonReady, 1, now)}}
 	m.record(obj, &servingv1.AIInferenceStatus{Conditions: []metav1.Condition{readyCond(metav1.ConditionFalse, servingv1.ReasonLoadFailed, 1, now)}}, &st, now)
-	m.countDecisions(types.NamespacedName{Namespace: "lint-ns", Name: "llm"}, []servingv1.RolloutDecision{{Decision: decisionRolledBack}})
+	m.countDecisions(types.NamespacedName{Namespace: "lint-ns", Name: "llm"}, []servingv1.RolloutDecision{{Decision: servingv1.DecisionRolledBack}})
 	defer m.forget(types.NamespacedName{Namespace: "lint-ns", Name: "llm"})
 
 	text := scrape(t, m)

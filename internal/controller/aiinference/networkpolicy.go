@@ -52,7 +52,7 @@ func desiredNetworkPolicies(obj *servingv1.AIInference, eng engine.Engine, opera
 	}
 	ingress = &networkingv1.NetworkPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: networkingv1.SchemeGroupVersion.String(), Kind: "NetworkPolicy"},
-		ObjectMeta: childMeta(obj, obj.Name+"-ingress"),
+		ObjectMeta: childMeta(obj, obj.IngressPolicyName()),
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: pods,
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
@@ -67,7 +67,7 @@ func desiredNetworkPolicies(obj *servingv1.AIInference, eng engine.Engine, opera
 	}
 	egress = &networkingv1.NetworkPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: networkingv1.SchemeGroupVersion.String(), Kind: "NetworkPolicy"},
-		ObjectMeta: childMeta(obj, obj.Name+"-egress"),
+		ObjectMeta: childMeta(obj, obj.EgressPolicyName()),
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: pods,
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},

@@ -38,10 +38,10 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 		return fmt.Errorf("reading Deployment %s: %w", s.obj.Name, err)
 	}
 	canary := &appsv1.Deployment{}
-	if err := r.Get(ctx, client.ObjectKey{Namespace: s.obj.Namespace, Name: canaryName(s.obj)}, canary); err == nil && metav1.IsControlledBy(canary, s.obj) {
+	if err := r.Get(ctx, client.ObjectKey{Namespace: s.obj.Namespace, Name: s.obj.CanaryName()}, canary); err == nil && metav1.IsControlledBy(canary, s.obj) {
 		s.obs.canary = canary
 	} else if client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("reading Deployment %s: %w", canaryName(s.obj), err)
+		return fmt.Errorf("reading Deployment %s: %w", s.obj.CanaryName(), err)
 	}
 	pods := &corev1.PodList{}
 	if err := r.List(ctx, pods, client.InNamespace(s.obj.Namespace), client.MatchingLabels(selectorLabels(s.obj))); err != nil {

@@ -447,7 +447,7 @@ func volumes(obj *servingv1.AIInference) []corev1.Volume {
 	case servingv1.CachePVC:
 		claim := cache.PVC.ClaimName
 		if claim == "" {
-			claim = cachePVCName(obj)
+			claim = obj.CachePVCName()
 		}
 		cacheSource.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}
 	case servingv1.CacheNode:
@@ -458,7 +458,7 @@ func volumes(obj *servingv1.AIInference) []corev1.Volume {
 	vols := []corev1.Volume{
 		{Name: cacheVolume, VolumeSource: cacheSource},
 		{Name: configVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-			LocalObjectReference: corev1.LocalObjectReference{Name: configMapName(obj)},
+			LocalObjectReference: corev1.LocalObjectReference{Name: obj.LoaderConfigMapName()},
 		}}},
 	}
 	// The engine's home and /tmp: writable for a non-root engine, gone with the pod.

@@ -39,7 +39,7 @@ func (r *Reconciler) checkReferences(ctx context.Context, s *scope) error {
 	if err != nil {
 		return err
 	}
-	// Users' PVCs and CRDs are not watched: see unwatchedReasons.
+	// Users' PVCs and CRDs are not watched: see reasons.Explanation.Unwatched.
 	s.obs.referenceProblem = p
 	return nil
 }

@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/loadspec"
+	"github.com/aiinference/operator/internal/reasons"
 	"github.com/aiinference/operator/internal/units"
 )
 
@@ -248,7 +248,7 @@ func summarize(obj *servingv1.AIInference, obs observation, loads loadAssessment
 	if reason := loads.halted(); reason != "" {
 		phase, msg := servingv1.PhaseFailed, haltMessage(obj, loads)
 		if f := loads.failure; f != nil {
-			msg += fixHint(f.Reason)
+			msg += reasons.Explain(f.Reason).Hint
 		}
 		if ro.ready > 0 {
 			phase = servingv1.PhaseDegraded
@@ -422,21 +422,6 @@ var podWaits = []struct {
 		func(_ *servingv1.AIInference, p podView) podWait {
 			return podWait{reason: servingv1.ReasonLoading, message: fmt.Sprintf("pod %s is loading the model", p.Name)}
 		}},
-}
-
-// fixHint tells a person what to do about a permanent loader failure.
-func fixHint(reason string) string {
-	switch reason {
-	case loadspec.ReasonNotFound:
-		return "; check model.source (bucket, prefix, URL or path)"
-	case loadspec.ReasonAccessDenied:
-		return "; check the credentials Secret and the store's permissions"
-	case loadspec.ReasonChecksumMismatch:
-		return "; the stored model is corrupt or was changed during the load: re-upload it"
-	case loadspec.ReasonInvalidConfig:
-		return "; check model.source"
-	}
-	return ""
 }
 
 // lastLoad is the report of the most recent successful load among the pods.

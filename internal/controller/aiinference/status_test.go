@@ -19,6 +19,7 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/loadspec"
+	"github.com/aiinference/operator/internal/reasons"
 	"github.com/aiinference/operator/test/testutil"
 )
 
@@ -461,7 +462,7 @@ func TestWarmupFailureIsReported(t *testing.T) {
 	g.Expect(st.LastFailure.Reason).To(Equal(servingv1.ReasonWarmupFailed))
 	g.Expect(st.LastFailure.Message).To(Equal(failure))
 	g.Expect(st.LastFailure.Pod).To(Equal("a"))
-	g.Expect(warningReasons[servingv1.ReasonWarmupFailed]).To(BeTrue(), "a failing warm-up is a Warning event")
+	g.Expect(reasons.Explain(servingv1.ReasonWarmupFailed).Warning).To(BeTrue(), "a failing warm-up is a Warning event")
 }
 
 // fakeLogs is a fake LogReader: envtest runs no kubelet to serve logs.

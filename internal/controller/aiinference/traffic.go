@@ -37,9 +37,6 @@ const (
 	splitReplicaCount  = "ReplicaCount"
 )
 
-func stableBackendName(obj *servingv1.AIInference) string { return obj.Name + "-stable" }
-func canaryBackendName(obj *servingv1.AIInference) string { return obj.Name + "-canary" }
-
 // gatewayTraffic is the Gateway traffic the spec asks for; nil: none.
 func gatewayTraffic(obj *servingv1.AIInference) *servingv1.GatewayTraffic {
 	if !isCanary(obj) || obj.Spec.Rollout.Canary.Traffic == nil {
@@ -129,8 +126,8 @@ func desiredHTTPRoute(obj *servingv1.AIInference, eng engine.Engine, gw *serving
 			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{parent}},
 			Hostnames:       hostnames,
 			Rules: []gatewayv1.HTTPRouteRule{{BackendRefs: []gatewayv1.HTTPBackendRef{
-				backend(stableBackendName(obj), 100-weight),
-				backend(canaryBackendName(obj), weight),
+				backend(obj.StableBackendName(), 100-weight),
+				backend(obj.CanaryBackendName(), weight),
 			}}},
 		},
 	}
@@ -235,8 +232,8 @@ func (r *Reconciler) reconcileTraffic(ctx context.Context, s *scope) error {
 	}
 	services := gw != nil && !usesInferencePools(gw)
 	children := []child{
-		{services, desiredTrackService(obj, s.engine, stableBackendName(obj), servingv1.TrackStable), &corev1.Service{}},
-		{services, desiredTrackService(obj, s.engine, canaryBackendName(obj), servingv1.TrackCanary), &corev1.Service{}},
+		{services, desiredTrackService(obj, s.engine, obj.StableBackendName(), servingv1.TrackStable), &corev1.Service{}},
+		{services, desiredTrackService(obj, s.engine, obj.CanaryBackendName(), servingv1.TrackCanary), &corev1.Service{}},
 	}
 	if r.served(inferencePoolKind) {
 		var pools servingv1.InferencePoolBackends
@@ -244,8 +241,8 @@ func (r *Reconciler) reconcileTraffic(ctx context.Context, s *scope) error {
 			pools = *gw.InferencePool
 		}
 		children = append(children,
-			child{usesInferencePools(gw), desiredInferencePool(obj, s.engine, stableBackendName(obj), servingv1.TrackStable, pools.StableEndpointPicker), &inferencev1.InferencePool{}},
-			child{usesInferencePools(gw), desiredInferencePool(obj, s.engine, canaryBackendName(obj), servingv1.TrackCanary, pools.CanaryEndpointPicker), &inferencev1.InferencePool{}})
+			child{usesInferencePools(gw), desiredInferencePool(obj, s.engine, obj.StableBackendName(), servingv1.TrackStable, pools.StableEndpointPicker), &inferencev1.InferencePool{}},
+			child{usesInferencePools(gw), desiredInferencePool(obj, s.engine, obj.CanaryBackendName(), servingv1.TrackCanary, pools.CanaryEndpointPicker), &inferencev1.InferencePool{}})
 	}
 	if r.served(httpRouteKind) {
 		route := &gatewayv1.HTTPRoute{TypeMeta: metav1.TypeMeta{APIVersion: gatewayv1.GroupVersion.String(), Kind: "HTTPRoute"}, ObjectMeta: childMeta(obj, obj.Name)}
