@@ -75,11 +75,17 @@ func TestNetworkPoliciesFollowTheSpec(t *testing.T) {
 			g.Expect(in.Spec.PodSelector).To(Equal(rendered.Spec.PodSelector))
 		}).WithTimeout(waitTimeout).Should(Succeed(), "after %s", hand)
 	}
-	in, err := policy("fenced-ingress")
-	g.Expect(err).NotTo(HaveOccurred())
-	in.Spec.Ingress[0].From[0].NamespaceSelector.MatchLabels["also"] = "this"
-	in.Spec.Ingress[0].From[0].PodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"only": "these"}}
-	g.Expect(k8s.Update(ctx, in)).To(Succeed())
+	// The operator may be writing the policy at the same moment: read it again
+	// on a conflict, as any client of an object others write does.
+	g.Eventually(func() error {
+		in, err := policy("fenced-ingress")
+		if err != nil {
+			return err
+		}
+		in.Spec.Ingress[0].From[0].NamespaceSelector.MatchLabels["also"] = "this"
+		in.Spec.Ingress[0].From[0].PodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"only": "these"}}
+		return k8s.Update(ctx, in)
+	}).WithTimeout(waitTimeout).Should(Succeed(), "a peer narrowed by hand")
 	g.Eventually(func(g Gomega) {
 		in, err := policy("fenced-ingress")
 		g.Expect(err).NotTo(HaveOccurred())
