@@ -8,16 +8,6 @@ package v1
 
 import corev1 "k8s.io/api/core/v1"
 
-// DefaultHuggingFaceInclude are the files fetched from a Hugging Face repository
-// when include is unset: the safetensors weights and the tokenizer and config
-// files an engine reads, not the duplicate PyTorch .bin weights or the
-// original/ folder some repositories also carry.
-var DefaultHuggingFaceInclude = []string{"*.safetensors", "*.json", "*.model", "*.txt", "*.tiktoken", "*.jinja"}
-
-// DefaultHuggingFaceExclude are left out when exclude is unset: a repository's
-// original/ checkpoint folders and consolidated copies of the weights.
-var DefaultHuggingFaceExclude = []string{"original/*", "consolidated*"}
-
 // DefaultHuggingFaceEndpoint is the Hub's address.
 const DefaultHuggingFaceEndpoint = "https://huggingface.co"
 
@@ -41,7 +31,8 @@ type HuggingFaceSource struct {
 
 	// Include are glob patterns of the files to fetch (path.Match, against the
 	// path in the repository; a pattern without '/' also matches the base name).
-	// Unset: *.safetensors, *.json, *.model, *.txt, *.tiktoken and *.jinja.
+	// Unset: *.safetensors, *.json, *.model, *.txt, *.tiktoken and *.jinja (the
+	// weights, the tokenizer and the configuration; not duplicate .bin weights).
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=256
 	// +listType=atomic
@@ -49,7 +40,8 @@ type HuggingFaceSource struct {
 	Include []string `json:"include,omitempty"`
 
 	// Exclude are glob patterns of files to leave out, applied after include.
-	// Unset: original/* and consolidated*.
+	// Unset: original/* and consolidated* (a repository's original checkpoint
+	// and consolidated copies of the weights).
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=256
 	// +listType=atomic

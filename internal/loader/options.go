@@ -44,6 +44,9 @@ type Options struct {
 	// Budget is the operator's retry budget (see runBudgeted); nil when there is no
 	// budget file, as when the loader runs by hand: then nothing bounds the loads.
 	Budget *loadspec.Budget
+	// Resolved is what an earlier load resolved the source's revision or tag
+	// to (resolved.json beside the configuration); nil: none yet.
+	Resolved *loadspec.Resolved
 }
 
 // Defaults for settings neither the file nor the flags give.
@@ -90,7 +93,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, error) {
 	var fv flagValues
 	fset.StringVar(&fv.config, "config", DefaultConfigPath, "configuration file (JSON, the operator's schema); a missing file at the default path is ignored")
 	fset.StringVar(&fv.budget, "budget", "", "retry budget file (JSON, the operator's schema); default: "+loadspec.BudgetFileName+" beside --config, and none when that is missing")
-	fset.StringVar(&fv.source, "source", "", "model location: s3://BUCKET/PREFIX, http(s)://HOST/PATH, or file:///PATH")
+	fset.StringVar(&fv.source, "source", "", "model location: s3://BUCKET/PREFIX, http(s)://HOST/PATH, file:///PATH, hf://ORG/NAME[@REVISION] (the Hugging Face Hub; HF_TOKEN for gated models) or oci://REGISTRY/REPOSITORY:TAG (or @sha256:DIGEST)")
 	fset.StringVar(&fv.dest, "dest", "", "destination folder")
 	fset.StringVar(&fv.endpoint, "endpoint", "", "S3 endpoint URL of an S3-compatible store (empty: AWS)")
 	fset.StringVar(&fv.region, "region", "", "S3 region (default from the environment, else us-east-1)")
@@ -136,7 +139,10 @@ func ParseArgs(args []string, stderr io.Writer) (Options, error) {
 	if !set["budget"] {
 		budgetPath = filepath.Join(filepath.Dir(fv.config), loadspec.BudgetFileName)
 	}
-	o.Budget, err = readBudget(budgetPath, set["budget"])
+	if o.Budget, err = readBudget(budgetPath, set["budget"]); err != nil {
+		return o, err
+	}
+	o.Resolved, err = readResolved(filepath.Join(filepath.Dir(fv.config), loadspec.ResolvedFileName))
 	return o, err
 }
 
@@ -265,4 +271,20 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a size such as 16Mi, 8MB or 1048576", s)
 	}
 	return n * mult, nil
+}
+
+// readResolved reads the resolved source file; a missing one is none.
+func readResolved(path string) (*loadspec.Resolved, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, failf(loadspec.ReasonInvalidConfig, "", "resolved source file: %v", err)
+	}
+	var r loadspec.Resolved
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, failf(loadspec.ReasonInvalidConfig, "", "resolved source file %s: %v", path, err)
+	}
+	return &r, nil
 }
