@@ -44,6 +44,9 @@ type Options struct {
 	// Budget is the operator's retry budget (see runBudgeted); nil when there is no
 	// budget file, as when the loader runs by hand: then nothing bounds the loads.
 	Budget *loadspec.Budget
+	// PullSecretsDir holds the image pull Secrets an oci source authenticates
+	// with, each in a folder of its own (loadspec.PullSecretsMountDir).
+	PullSecretsDir string
 	// Resolved is what an earlier load resolved the source's revision or tag
 	// to (resolved.json beside the configuration); nil: none yet.
 	Resolved *loadspec.Resolved
@@ -77,7 +80,7 @@ type flagValues struct {
 	timeout, stallTimeout                            time.Duration
 	progressInterval                                 time.Duration
 	progressAddress                                  string
-	terminationPath, credentialsDir                  string
+	terminationPath, credentialsDir, pullSecretsDir  string
 	fsync, checkMultipart, storeChecksums            bool
 }
 
@@ -107,6 +110,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, error) {
 	fset.StringVar(&fv.progressAddress, "progress-address", "", "address of the progress endpoint (JSON on "+loadspec.ProgressPath+", Prometheus metrics on /metrics), e.g. :8098; empty: none")
 	fset.StringVar(&fv.terminationPath, "termination-message-path", "/dev/termination-log", "file that receives the JSON summary")
 	fset.StringVar(&fv.credentialsDir, "credentials-dir", loadspec.CredentialsMountDir, "folder of credential files named like the environment variables (AWS_ACCESS_KEY_ID, ...)")
+	fset.StringVar(&fv.pullSecretsDir, "pull-secrets-dir", loadspec.PullSecretsMountDir, "folder of image pull Secrets (each a folder holding .dockerconfigjson) an oci:// source authenticates to its registry with")
 	fset.BoolVar(&fv.fsync, "fsync", false, "flush every file to disk before it is renamed into place and the marker written (for a destination that outlives the pod)")
 	partial := func() Options { return Options{TerminationMessagePath: fv.terminationPath} }
 	fset.BoolVar(&fv.checkMultipart, "check-multipart-etag", true, "check the ETag of multipart-uploaded S3 objects the store keeps no checksum of by hashing each upload part (MD5, about one core-second per 650 MB); off, they are checked by size only")
@@ -194,6 +198,7 @@ func mergeOptions(file loadspec.Config, fv flagValues, set map[string]bool) (Opt
 	o.ProgressAddress = fv.progressAddress
 	o.TerminationMessagePath = fv.terminationPath
 	o.CredentialsDir = fv.credentialsDir
+	o.PullSecretsDir = fv.pullSecretsDir
 	if set["fsync"] {
 		o.Fsync = fv.fsync
 	}

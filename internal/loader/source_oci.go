@@ -70,7 +70,7 @@ func newOCISource(su sourceURL, o Options) (*ociSource, error) {
 		// An earlier load resolved the tag: load the same manifest.
 		ref.Reference = p.Revision
 	}
-	store, err := pullSecretStore(loadspec.PullSecretsMountDir)
+	store, err := pullSecretStore(o.PullSecretsDir)
 	if err != nil {
 		return nil, err
 	}

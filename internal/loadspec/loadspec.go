@@ -107,7 +107,7 @@ type HuggingFaceOptions struct {
 	// Include and Exclude are glob patterns of the repository's files to fetch
 	// and to leave out.
 	Include []string `json:"include,omitempty"`
-	Exclude []string `json:"exclude,omitempty"`
+	Exclude []string `json:"exclude"`
 }
 
 // Patterns a Hugging Face source selects its files with when its options give

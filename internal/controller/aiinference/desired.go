@@ -65,6 +65,9 @@ type Options struct {
 	// OperatorNamespace is where the operator's pods run, which the models'
 	// NetworkPolicies let in; "" when it runs outside the cluster.
 	OperatorNamespace string
+	// ImageVolumes tells that the cluster serves image volumes (Kubernetes
+	// v1.35 and later): an oci source in mode Auto is then mounted as one.
+	ImageVolumes bool
 }
 
 // selectorLabels select the pods of one AIInference.
@@ -166,6 +169,12 @@ func loaderConfig(obj *servingv1.AIInference) loadspec.Config {
 		cfg.Source = "file://" + path.Join(sourceMountPath, src.PVC.Path)
 	case src.HTTP != nil:
 		cfg.Source = src.HTTP.URL
+	case src.HuggingFace != nil:
+		cfg.Source = hfSourceURL(src.HuggingFace)
+		cfg.HuggingFace = hfOptions(src.HuggingFace)
+	case src.OCI != nil:
+		cfg.Source = "oci://" + src.OCI.Reference
+		cfg.OCI = &loadspec.OCIOptions{PlainHTTP: src.OCI.PlainHTTP}
 	}
 	return cfg
 }
@@ -187,13 +196,21 @@ func desiredConfigMap(obj *servingv1.AIInference, config string, budget loadspec
 	if err != nil {
 		return nil, fmt.Errorf("encoding loader budget: %w", err)
 	}
+	data := map[string]string{
+		loadspec.ConfigFileName: config,
+		loadspec.BudgetFileName: string(budgetJSON),
+	}
+	resolved, err := resolvedFile(obj)
+	if err != nil {
+		return nil, err
+	}
+	if resolved != "" {
+		data[loadspec.ResolvedFileName] = resolved
+	}
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: childMeta(obj, configMapName(obj)),
-		Data: map[string]string{
-			loadspec.ConfigFileName: config,
-			loadspec.BudgetFileName: string(budgetJSON),
-		},
+		Data:       data,
 	}, nil
 }
 
@@ -317,8 +334,8 @@ func podTemplate(obj *servingv1.AIInference, eng engine.Engine, opts Options) co
 				SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
 			InitContainers: initContainers(obj, eng, opts),
-			Containers:     []corev1.Container{engineContainer(obj, eng)},
-			Volumes:        volumes(obj),
+			Containers:     []corev1.Container{engineContainer(obj, eng, opts)},
+			Volumes:        volumes(obj, opts),
 		},
 	}
 }
@@ -382,6 +399,11 @@ func loaderContainer(obj *servingv1.AIInference, opts Options) corev1.Container 
 	if obj.Spec.Model.Source.PVC != nil {
 		mounts = append(mounts, corev1.VolumeMount{Name: sourceVolume, MountPath: sourceMountPath, ReadOnly: true})
 	}
+	if obj.Spec.Model.Source.OCI != nil {
+		for _, s := range obj.Spec.ImagePullSecrets {
+			mounts = append(mounts, corev1.VolumeMount{Name: pullSecretVolume(s.Name), MountPath: path.Join(loadspec.PullSecretsMountDir, s.Name), ReadOnly: true})
+		}
+	}
 	return corev1.Container{
 		Name:  servingv1.LoaderContainerName,
 		Image: opts.LoaderImage,
@@ -421,7 +443,10 @@ func loaderMemoryLimit(obj *servingv1.AIInference) resource.Quantity {
 
 // initContainers are the loader, then the warm-up gate when it is on.
 func initContainers(obj *servingv1.AIInference, eng engine.Engine, opts Options) []corev1.Container {
-	containers := []corev1.Container{loaderContainer(obj, opts)}
+	var containers []corev1.Container
+	if !imageVolume(obj, opts) {
+		containers = append(containers, loaderContainer(obj, opts))
+	}
 	if api := warmupAPI(obj, eng); api != "" {
 		containers = append(containers, warmupContainer(obj, eng, opts, api))
 	}
@@ -495,6 +520,9 @@ func loaderEnv(obj *servingv1.AIInference) []corev1.EnvVar {
 	case src.HTTP != nil && src.HTTP.BearerTokenSecretRef != nil:
 		ref := src.HTTP.BearerTokenSecretRef
 		return []corev1.EnvVar{fromSecret(loadspec.EnvHTTPBearerToken, ref.Name, ref.Key)}
+	case src.HuggingFace != nil && src.HuggingFace.TokenSecretRef != nil:
+		ref := src.HuggingFace.TokenSecretRef
+		return []corev1.EnvVar{fromSecret(loadspec.EnvHFToken, ref.Name, ref.Key)}
 	}
 	return nil
 }
@@ -513,15 +541,19 @@ func secretAccessKeyKey(ref *servingv1.S3CredentialsSecretRef) string {
 	return loadspec.EnvSecretAccessKey
 }
 
-func engineContainer(obj *servingv1.AIInference, eng engine.Engine) corev1.Container {
+func engineContainer(obj *servingv1.AIInference, eng engine.Engine, opts Options) corev1.Container {
 	spec := obj.Spec
 	port := enginePort(obj, eng)
 	image := spec.Engine.Image
 	if image == "" {
 		image = eng.DefaultImage()
 	}
+	model := modelPath(obj)
+	if imageVolume(obj, opts) {
+		model = cacheMountPath // the image's root
+	}
 	args := eng.Args(engine.Params{
-		ModelPath:      modelPath(obj),
+		ModelPath:      model,
 		ServedName:     spec.Model.Name,
 		Port:           port,
 		TensorParallel: max(spec.GPU.Count, 1),
@@ -629,22 +661,11 @@ func startupFailureThreshold(timeout time.Duration) int32 {
 	return int32(max(math.Ceil(timeout.Seconds()/startupPeriodSeconds), 1))
 }
 
-func volumes(obj *servingv1.AIInference) []corev1.Volume {
+func volumes(obj *servingv1.AIInference, opts Options) []corev1.Volume {
 	cache := resolvedCache(obj)
-	var cacheSource corev1.VolumeSource
-	switch cache.Type {
-	case servingv1.CacheMemory:
-		cacheSource.EmptyDir = &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: emptyDirLimit(obj, cache)}
-	case servingv1.CachePVC:
-		claim := cache.PVC.ClaimName
-		if claim == "" {
-			claim = cachePVCName(obj)
-		}
-		cacheSource.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}
-	case servingv1.CacheNode:
-		cacheSource.CSI = nodeCacheVolume(obj)
-	default:
-		cacheSource.EmptyDir = &corev1.EmptyDirVolumeSource{SizeLimit: emptyDirLimit(obj, cache)}
+	cacheSource := cacheVolumeSource(obj, cache)
+	if imageVolume(obj, opts) {
+		cacheSource = corev1.VolumeSource{Image: imageVolumeSource(obj)}
 	}
 	vols := []corev1.Volume{
 		{Name: cacheVolume, VolumeSource: cacheSource},
@@ -661,6 +682,14 @@ func volumes(obj *servingv1.AIInference) []corev1.Volume {
 		vols = append(vols, corev1.Volume{Name: sourceVolume, VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: src.ClaimName, ReadOnly: true},
 		}})
+	}
+	if obj.Spec.Model.Source.OCI != nil && !imageVolume(obj, opts) {
+		// The loader authenticates to the registry with the pods' pull Secrets.
+		for _, s := range obj.Spec.ImagePullSecrets {
+			vols = append(vols, corev1.Volume{Name: pullSecretVolume(s.Name), VolumeSource: corev1.VolumeSource{
+				Secret: &corev1.SecretVolumeSource{SecretName: s.Name, Items: []corev1.KeyToPath{{Key: corev1.DockerConfigJsonKey, Path: corev1.DockerConfigJsonKey}}},
+			}})
+		}
 	}
 	if obj.Spec.GPU.Count > 1 {
 		// Tensor parallelism exchanges data through shared memory; the default 64Mi is too small.
@@ -712,4 +741,29 @@ func DesiredDeployment(obj *servingv1.AIInference, opts Options) (*appsv1.Deploy
 		return nil, err
 	}
 	return desiredDeployment(obj, eng, opts, hashOf(config)), nil
+}
+
+// cacheVolumeSource is the volume the loader writes the model into.
+func cacheVolumeSource(obj *servingv1.AIInference, cache servingv1.CacheSpec) corev1.VolumeSource {
+	var cacheSource corev1.VolumeSource
+	switch cache.Type {
+	case servingv1.CacheMemory:
+		cacheSource.EmptyDir = &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: emptyDirLimit(obj, cache)}
+	case servingv1.CachePVC:
+		claim := cache.PVC.ClaimName
+		if claim == "" {
+			claim = cachePVCName(obj)
+		}
+		cacheSource.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}
+	case servingv1.CacheNode:
+		cacheSource.CSI = nodeCacheVolume(obj)
+	default:
+		cacheSource.EmptyDir = &corev1.EmptyDirVolumeSource{SizeLimit: emptyDirLimit(obj, cache)}
+	}
+	return cacheSource
+}
+
+// pullSecretVolume names the volume of an image pull Secret in the loader.
+func pullSecretVolume(secret string) string {
+	return "pull-" + hashOf(secret)[:12]
 }

@@ -21,6 +21,8 @@ import (
 
 // observation is what one reconcile pass saw; the status is derived from it alone.
 type observation struct {
+	// sourceMode is how an oci model reaches the pods ("" for other sources).
+	sourceMode servingv1.OCIMode
 	// referenceProblem is set when a referenced PVC is missing or an API the
 	// spec needs is not served. (A missing Secret shows in the pods: see
 	// missingSecret.)
@@ -156,7 +158,9 @@ func computeStatus(obj *servingv1.AIInference, obs observation, loads loadAssess
 	if at := obj.Annotations[servingv1.AnnotationRequestedAt]; at != "" {
 		st.LastHandledRequestedAt = at
 	}
+	st.Source = sourceStatus(obj, obs.sourceMode, nil)
 	if obs.podsSeen {
+		st.Source = sourceStatus(obj, obs.sourceMode, obs.pods)
 		st.LoadRetries = loads.failed
 		st.LoadBudget = loads.budget.DeepCopy()
 		st.LastFailure = loads.failure
