@@ -85,7 +85,7 @@ type OCISource struct {
 	// status.source.digest.
 	// +kubebuilder:validation:MinLength=3
 	// +kubebuilder:validation:MaxLength=512
-	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?/[a-z0-9]+([._/-][a-z0-9]+)*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}|@sha256:[a-f0-9]{64})?$')",message="oci.reference must be registry/repository with a :tag or @sha256:digest, e.g. registry.example.com/models/qwen:v1 (lower-case repository, the registry host first)"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?/[a-z0-9]+([._/-][a-z0-9]+)*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}|@sha256:[a-f0-9]{64})$')",message="oci.reference must be registry/repository with a :tag or @sha256:digest, e.g. registry.example.com/models/qwen:v1 (lower-case repository, the registry host first)"
 	Reference string `json:"reference"`
 
 	// Mode is Loader (the model loader pulls the layers), ImageVolume (the node's

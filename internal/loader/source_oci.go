@@ -215,7 +215,7 @@ func (s *ociSource) registryError(err error) error {
 		return nil
 	case errors.Is(err, errdef.ErrNotFound):
 		return failf(loadspec.ReasonNotFound, "", "%s is not in the registry: check model.source.oci.reference (registry, repository and tag or digest)", s.ref)
-	case errors.As(err, &re) && (re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden):
+	case errors.Is(err, auth.ErrBasicCredentialNotFound) || errors.As(err, &re) && (re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden):
 		return failf(loadspec.ReasonAccessDenied, "", "the registry refused to serve %s (%v): put a pull Secret for %s in spec.imagePullSecrets", s.ref, err, s.ref.Registry)
 	case errors.As(err, &re) && re.StatusCode == http.StatusNotFound:
 		return failf(loadspec.ReasonNotFound, "", "%s is not in the registry (%v): check model.source.oci.reference", s.ref, err)

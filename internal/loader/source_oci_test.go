@@ -30,7 +30,7 @@ func startRegistry(t *testing.T) *ociregistry.Registry {
 	if registryErr != nil {
 		t.Fatalf("registry binary: %v", registryErr)
 	}
-	reg, err := ociregistry.Start(registryBin, t.TempDir(), ociregistry.Options{Username: "puller", Password: "s3same", Log: testLogWriter{t}})
+	reg, err := ociregistry.Start(registryBin, t.TempDir(), ociregistry.Options{Username: "puller", Password: "s3same"})
 	if err != nil {
 		t.Fatal(err)
 	}

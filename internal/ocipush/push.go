@@ -227,8 +227,7 @@ func pushTarLayer(ctx context.Context, repo *remote.Repository, dir, rel string)
 	if err != nil {
 		return ocispec.Descriptor{}, err
 	}
-	desc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer, Digest: digest.NewDigestFromEncoded(digest.SHA256, hex.EncodeToString(h.Sum(nil))), Size: size,
-		Annotations: map[string]string{AnnotationFilepath: rel}}
+	desc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer, Digest: digest.NewDigestFromEncoded(digest.SHA256, hex.EncodeToString(h.Sum(nil))), Size: size}
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 		return desc, err
 	}

@@ -81,6 +81,8 @@ http:
 		return nil, err
 	}
 	cmd := exec.Command(binary, "serve", path)
+	// No traces: it would post them to localhost:4318 every few seconds.
+	cmd.Env = append(os.Environ(), "OTEL_TRACES_EXPORTER=none", "OTEL_SDK_DISABLED=true")
 	var out io.Writer = io.Discard
 	if o.Log != nil {
 		out = o.Log

@@ -474,6 +474,12 @@ func fixHint(reason string) string {
 		return "; the stored model is corrupt or was changed during the load: re-upload it"
 	case loadspec.ReasonInvalidConfig:
 		return "; check model.source"
+	case loadspec.ReasonGatedModel:
+		return "; ask for access on the model's page and set model.source.huggingface.tokenSecretRef"
+	case loadspec.ReasonRepositoryNotFound:
+		return "; check model.source.huggingface.repository (and the token, for a private one)"
+	case loadspec.ReasonRevisionNotFound:
+		return "; check model.source.huggingface.revision"
 	}
 	return ""
 }
