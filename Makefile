@@ -176,6 +176,11 @@ test-netpol: tools ## NetworkPolicy enforced on a real node (kube-router): an al
 	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeNetworkPolicyIsEnforced' -count=1 -timeout 20m -v \
 		| grep -E 'netpol figure|^(--- |ok|FAIL)'
 
+.PHONY: bench-sources
+bench-sources: ## The loader's throughput from a real OCI registry beside a real S3 server, through the same remote-store-shaped link (BENCH_SOURCES_ARGS="-shards 8 -shard-mib 512")
+	hack/tools/build.sh s3 registry >/dev/null
+	go run ./test/bench/sources $(BENCH_SOURCES_ARGS)
+
 .PHONY: bench-loader
 bench-loader: ## The model loader against rclone: through a remote-store-shaped link, then on loopback (4.3 GB tree, cached; BENCH_LOADER_ARGS="-runs 5")
 	go run ./internal/loader/bench $(BENCH_LOADER_ARGS)
