@@ -115,8 +115,8 @@ func run(shards int, shardSize int64, runs int, shape s3test.LinkShape) error {
 		for i := range runs {
 			o := loader.Options{Config: loadspec.Config{
 				Source: src.source, Dest: filepath.Join(work, fmt.Sprintf("dest-%d", i)),
-				S3:  &loadspec.S3Options{Endpoint: src.endpoint, PathStyle: true, Region: "us-east-1"},
-				OCI: &loadspec.OCIOptions{PlainHTTP: true},
+				S3:          &loadspec.S3Options{Endpoint: src.endpoint, PathStyle: true, Region: "us-east-1"},
+				OCI:         &loadspec.OCIOptions{PlainHTTP: true},
 				Concurrency: loader.DefaultConcurrency, PartSizeBytes: loader.DefaultPartSize,
 				Timeout: loadspec.Duration{Duration: 30 * time.Minute}, StallTimeout: loadspec.Duration{Duration: loader.DefaultStallTimeout},
 			}, ProgressInterval: time.Minute, StoreChecksums: true, CheckMultipartETag: true}
