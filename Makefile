@@ -104,7 +104,7 @@ test: tools ## Everything CI runs: vet, unit, envtest integration, loader, end-t
 	status=0; real_node=1; skipped=(); \
 	if [ "$(REQUIRE_REAL_NODE)" != 1 ] && ! why=$$(hack/real-node-host.sh 2>&1); then \
 		real_node=0; \
-		skipped+=("the real-node tests (TestRealNode* of internal/localcluster and test/e2e). $$why. They run as root on a cgroup v1 host (docs/real-node.md); REQUIRE_REAL_NODE=1 makes this a failure"); \
+		skipped+=("the real-node tests (TestRealNode* of test/localcluster and test/e2e). $$why. They run as root on a cgroup v1 host (docs/real-node.md); REQUIRE_REAL_NODE=1 makes this a failure"); \
 	fi; \
 	if ! command -v promtool >/dev/null; then \
 		skipped+=("the promtool checks (metric names, alert rules, dashboard queries): promtool is not installed, and installing it (apt-get install prometheus) needs root"); \
@@ -124,7 +124,7 @@ test-e2e: ## Only the end-to-end tests on a local cluster with simulated GPU nod
 
 .PHONY: test-real-node
 test-real-node: ## Only the tests that run pods on a real node of the local cluster (root, cgroup v1)
-	LOCALCLUSTER_REAL_NODE=1 go test ./internal/localcluster -run 'TestRealNode' -count=1 -timeout 30m -v
+	LOCALCLUSTER_REAL_NODE=1 go test ./test/localcluster -run 'TestRealNode' -count=1 -timeout 30m -v
 
 ##@ Demo
 
@@ -183,4 +183,4 @@ bench-sources: ## The loader's throughput from a real OCI registry beside a real
 
 .PHONY: bench-loader
 bench-loader: ## The model loader against rclone: through a remote-store-shaped link, then on loopback (4.3 GB tree, cached; BENCH_LOADER_ARGS="-runs 5")
-	go run ./internal/loader/bench $(BENCH_LOADER_ARGS)
+	go run ./test/loaderbench $(BENCH_LOADER_ARGS)

@@ -17,9 +17,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/aiinference/operator/internal/nodecache"
-	"github.com/aiinference/operator/internal/testutil"
+	"github.com/aiinference/operator/internal/nodecachespec"
 	"github.com/aiinference/operator/internal/version"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 func tools(t *testing.T) (helm, kubectl, root string) {
@@ -401,8 +401,8 @@ func TestChartModelCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	objs := objects(t, on)
-	if objs["CSIDriver <nil>/"+nodecache.DriverName] == nil {
-		t.Errorf("no CSIDriver %s", nodecache.DriverName)
+	if objs["CSIDriver <nil>/"+nodecachespec.DriverName] == nil {
+		t.Errorf("no CSIDriver %s", nodecachespec.DriverName)
 	}
 	if objs["PodMonitor ops/aiinference-model-cache"] == nil {
 		t.Error("no PodMonitor for the cache's metrics")

@@ -34,7 +34,7 @@ import (
 	servingv1alpha1 "github.com/aiinference/operator/api/v1alpha1"
 	"github.com/aiinference/operator/internal/controller/aiinference"
 	"github.com/aiinference/operator/internal/eventrecorder"
-	"github.com/aiinference/operator/internal/nodecache"
+	"github.com/aiinference/operator/internal/nodecachespec"
 	"github.com/aiinference/operator/internal/version"
 	"github.com/aiinference/operator/internal/webhook"
 )
@@ -255,7 +255,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 // manager's cache holds only the operator's own ConfigMaps, and these are the
 // cache plugin's.
 func modelCacheReports(mgr ctrl.Manager) (cache.Cache, error) {
-	reports, err := labels.NewRequirement(nodecache.StateLabel, selection.Exists, nil)
+	reports, err := labels.NewRequirement(nodecachespec.StateLabel, selection.Exists, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/aiinference/operator/internal/nodecachespec"
 )
 
 // fieldManager owns the node's cache labels and its ConfigMap.
@@ -38,7 +40,7 @@ func (r *reporter) report(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rep := Report{Node: r.node, BudgetBytes: r.store.Budget, Entries: entries}
+	rep := nodecachespec.Report{Node: r.node, BudgetBytes: r.store.Budget, Entries: entries}
 	for _, e := range entries {
 		rep.UsedBytes += e.Bytes
 	}
@@ -54,9 +56,9 @@ func (r *reporter) report(ctx context.Context) error {
 		"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{
 			"name": "model-cache-" + r.node, "namespace": r.namespace,
-			"labels": map[string]any{StateLabel: r.node},
+			"labels": map[string]any{nodecachespec.StateLabel: r.node},
 		},
-		"data": map[string]any{StateKey: string(body)},
+		"data": map[string]any{nodecachespec.StateKey: string(body)},
 	}}
 	if err := r.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(cm), client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
 		return fmt.Errorf("writing the node's report: %w", err)
@@ -64,7 +66,7 @@ func (r *reporter) report(ctx context.Context) error {
 	labels := map[string]any{}
 	for _, e := range entries {
 		if e.Complete {
-			labels[NodeLabel(e.Key)] = "true"
+			labels[nodecachespec.NodeLabel(e.Key)] = "true"
 		}
 	}
 	// Applied whole: a label the plugin no longer sets (an evicted copy) is removed.

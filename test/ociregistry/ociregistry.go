@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/aiinference/operator/internal/loader/s3test"
+	"github.com/aiinference/operator/test/s3test"
 )
 
 // Registry is a running registry.

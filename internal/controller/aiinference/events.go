@@ -1,92 +1,15 @@
 package aiinference
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 )
-
-// patchStatus derives the status from this pass's observations and writes it
-// only when it changed, with events for the changes a person should see.
-func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
-	obj := s.obj
-	status := computeStatus(obj, s.obs, s.loads, s.now)
-	read := &obj.Status
-	if s.statusRead != nil {
-		read = s.statusRead
-	}
-	recordStatus(ctx, read, &status)
-	if equality.Semantic.DeepEqual(*read, status) {
-		metricsState.record(obj, &status, &status, s.now)
-		return nil
-	}
-	original := obj.DeepCopy()
-	original.Status = *read
-	obj.Status = status
-	// A merge patch carries only what differs from the object the pass started
-	// from. When the cache had not yet seen the last pass's status write, a field
-	// this pass sets back to its older value would be left out, and the last
-	// pass's value would stay (Ready saying SecretNotFound, the phase still
-	// Loading): the resourceVersion in the patch makes the API server refuse it
-	// then, and the pass is run again (see scope.result).
-	err := r.Status().Patch(ctx, obj, withReplicaCounts{client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{}), &status})
-	switch {
-	case errors.Is(err, context.Canceled) || apierrors.IsNotFound(err):
-		return nil
-	case apierrors.IsInvalid(err):
-		// The API server validates the whole object on a status write (a spec
-		// stored without conversion fails the schema): an event is all that can
-		// carry the message.
-		if ready := meta.FindStatusCondition(status.Conditions, servingv1.ConditionReady); ready != nil {
-			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ready.Reason, "Reconcile", "%s (its status cannot be written either: %v)", ready.Message, err)
-		}
-		return err
-	case err != nil:
-		return err
-	}
-	metricsState.record(obj, &original.Status, &status, s.now)
-	r.recordEvents(obj, &original.Status, s)
-	return nil
-}
-
-// withReplicaCounts is a status merge patch that always carries the replica
-// counts. A merge patch carries only what differs from the object the pass
-// started from, in which a count missing from storage reads 0: a count that
-// stayed 0 since creation would never be stored, and tools that read the field
-// (a multi-cluster hub's status feedback, the scale subresource) would find
-// nothing rather than 0.
-type withReplicaCounts struct {
-	client.Patch
-	status *servingv1.AIInferenceStatus
-}
-
-func (p withReplicaCounts) Data(obj client.Object) ([]byte, error) {
-	data, err := p.Patch.Data(obj)
-	if err != nil {
-		return nil, err
-	}
-	var patch map[string]any
-	if err := json.Unmarshal(data, &patch); err != nil {
-		return nil, err
-	}
-	status, _ := patch["status"].(map[string]any)
-	if status == nil {
-		status = map[string]any{}
-		patch["status"] = status
-	}
-	status["replicas"], status["readyReplicas"], status["updatedReplicas"] = p.status.Replicas, p.status.ReadyReplicas, p.status.UpdatedReplicas
-	return json.Marshal(patch)
-}
 
 // recordEvents makes an event for each rollout decision of the pass and one
 // per change of the Ready reason.

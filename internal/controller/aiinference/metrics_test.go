@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	projtestutil "github.com/aiinference/operator/internal/testutil"
+	projtestutil "github.com/aiinference/operator/test/testutil"
 )
 
 func readyCond(status metav1.ConditionStatus, reason string, gen int64, at time.Time) metav1.Condition {

@@ -350,3 +350,46 @@ func suffix(msg string) string {
 	}
 	return ": " + msg
 }
+
+// observation is what one reconcile pass saw; the status is derived from it alone.
+type observation struct {
+	// sourceMode is how an oci model reaches the pods ("" for other sources).
+	sourceMode servingv1.OCIMode
+	// referenceProblem is set when a referenced PVC is missing or an API the
+	// spec needs is not served. (A missing Secret shows in the pods: see
+	// missingSecret.)
+	referenceProblem *problem
+	// nameConflict is set when a child's name is taken by an object the
+	// AIInference does not control.
+	nameConflict *problem
+	// stepError is the error that stopped a step of this pass.
+	stepError error
+	// deployment is the observed Deployment; nil until it exists.
+	deployment *appsv1.Deployment
+	// canary is the observed canary Deployment of a canary rollout; nil when none.
+	canary *appsv1.Deployment
+	// rollout is the canary rollout's plan for this pass; nil with the Rolling
+	// strategy, or when the pass could not plan it.
+	rollout *rolloutPlan
+	// autoscale is what the autoscaler saw; nil without spec.autoscaling.
+	autoscale *autoscaleView
+	// endpoint is the model Service's URL once it was applied in this pass.
+	endpoint string
+	// podsSeen is false when the pods could not be listed: what status says of
+	// them is kept from the last pass.
+	podsSeen bool
+	// pods are the AIInference's pods, oldest first.
+	pods []podView
+	// childChanged is true when this pass wrote a child, so what was observed of the
+	// children may describe the previous spec.
+	childChanged bool
+	// modelCache is status.modelCache from the nodes' reports; nil for a model
+	// off the node cache or when the reports are not read.
+	modelCache *servingv1.ModelCacheStatus
+}
+
+// problem is a reason and a message a person can act on.
+type problem struct {
+	reason  string
+	message string
+}

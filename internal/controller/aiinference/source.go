@@ -150,3 +150,17 @@ func imageVolumeDigest(cs corev1.ContainerStatus) string {
 func imageVolumeSource(obj *servingv1.AIInference) *corev1.ImageVolumeSource {
 	return &corev1.ImageVolumeSource{Reference: obj.Spec.Model.Source.OCI.Reference, PullPolicy: corev1.PullIfNotPresent}
 }
+
+// engineModelPath is where the engine reads the model: the image's root for
+// an image volume, else where the loader writes it.
+func engineModelPath(obj *servingv1.AIInference, opts Options) string {
+	if imageVolume(obj, opts) {
+		return cacheMountPath
+	}
+	return modelPath(obj)
+}
+
+// pullSecretVolume names the volume of an image pull Secret in the loader.
+func pullSecretVolume(secret string) string {
+	return "pull-" + hashOf(secret)[:12]
+}

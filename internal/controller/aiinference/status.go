@@ -2,6 +2,9 @@ package aiinference
 
 import (
 	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,57 +13,17 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/loadspec"
 	"github.com/aiinference/operator/internal/units"
 )
-
-// observation is what one reconcile pass saw; the status is derived from it alone.
-type observation struct {
-	// sourceMode is how an oci model reaches the pods ("" for other sources).
-	sourceMode servingv1.OCIMode
-	// referenceProblem is set when a referenced PVC is missing or an API the
-	// spec needs is not served. (A missing Secret shows in the pods: see
-	// missingSecret.)
-	referenceProblem *problem
-	// nameConflict is set when a child's name is taken by an object the
-	// AIInference does not control.
-	nameConflict *problem
-	// stepError is the error that stopped a step of this pass.
-	stepError error
-	// deployment is the observed Deployment; nil until it exists.
-	deployment *appsv1.Deployment
-	// canary is the observed canary Deployment of a canary rollout; nil when none.
-	canary *appsv1.Deployment
-	// rollout is the canary rollout's plan for this pass; nil with the Rolling
-	// strategy, or when the pass could not plan it.
-	rollout *rolloutPlan
-	// autoscale is what the autoscaler saw; nil without spec.autoscaling.
-	autoscale *autoscaleView
-	// endpoint is the model Service's URL once it was applied in this pass.
-	endpoint string
-	// podsSeen is false when the pods could not be listed: what status says of
-	// them is kept from the last pass.
-	podsSeen bool
-	// pods are the AIInference's pods, oldest first.
-	pods []podView
-	// childChanged is true when this pass wrote a child, so what was observed of the
-	// children may describe the previous spec.
-	childChanged bool
-	// modelCache is status.modelCache from the nodes' reports; nil for a model
-	// off the node cache or when the reports are not read.
-	modelCache *servingv1.ModelCacheStatus
-}
-
-// problem is a reason and a message a person can act on.
-type problem struct {
-	reason  string
-	message string
-}
 
 // rollout is how far the current spec has rolled out.
 type rollout struct {
@@ -631,4 +594,90 @@ func canaryVerdict(obj *servingv1.AIInference, obs observation, loads loadAssess
 			message: canaryAt + ": " + st.Message + "; " + stableServes}, true
 	}
 	return "", verdict{}, false
+}
+
+// gpuSummary is the GPU column of `kubectl get aii`.
+func gpuSummary(gpu servingv1.GPUSpec) string {
+	switch {
+	case gpu.Count == 0:
+		return "none"
+	case len(gpu.Products) == 0:
+		return fmt.Sprintf("%dx any", gpu.Count)
+	case len(gpu.Products) == 1:
+		return fmt.Sprintf("%dx %s", gpu.Count, gpu.Products[0])
+	default:
+		return fmt.Sprintf("%dx %s (+%d)", gpu.Count, gpu.Products[0], len(gpu.Products)-1)
+	}
+}
+
+// patchStatus derives the status from this pass's observations and writes it
+// only when it changed, with events for the changes a person should see.
+func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
+	obj := s.obj
+	status := computeStatus(obj, s.obs, s.loads, s.now)
+	read := &obj.Status
+	if s.statusRead != nil {
+		read = s.statusRead
+	}
+	recordStatus(ctx, read, &status)
+	if equality.Semantic.DeepEqual(*read, status) {
+		metricsState.record(obj, &status, &status, s.now)
+		return nil
+	}
+	original := obj.DeepCopy()
+	original.Status = *read
+	obj.Status = status
+	// A merge patch carries only what differs from the object the pass started
+	// from. When the cache had not yet seen the last pass's status write, a field
+	// this pass sets back to its older value would be left out, and the last
+	// pass's value would stay (Ready saying SecretNotFound, the phase still
+	// Loading): the resourceVersion in the patch makes the API server refuse it
+	// then, and the pass is run again (see scope.result).
+	err := r.Status().Patch(ctx, obj, withReplicaCounts{client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{}), &status})
+	switch {
+	case errors.Is(err, context.Canceled) || apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsInvalid(err):
+		// The API server validates the whole object on a status write (a spec
+		// stored without conversion fails the schema): an event is all that can
+		// carry the message.
+		if ready := meta.FindStatusCondition(status.Conditions, servingv1.ConditionReady); ready != nil {
+			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ready.Reason, "Reconcile", "%s (its status cannot be written either: %v)", ready.Message, err)
+		}
+		return err
+	case err != nil:
+		return err
+	}
+	metricsState.record(obj, &original.Status, &status, s.now)
+	r.recordEvents(obj, &original.Status, s)
+	return nil
+}
+
+// withReplicaCounts is a status merge patch that always carries the replica
+// counts. A merge patch carries only what differs from the object the pass
+// started from, in which a count missing from storage reads 0: a count that
+// stayed 0 since creation would never be stored, and tools that read the field
+// (a multi-cluster hub's status feedback, the scale subresource) would find
+// nothing rather than 0.
+type withReplicaCounts struct {
+	client.Patch
+	status *servingv1.AIInferenceStatus
+}
+
+func (p withReplicaCounts) Data(obj client.Object) ([]byte, error) {
+	data, err := p.Patch.Data(obj)
+	if err != nil {
+		return nil, err
+	}
+	var patch map[string]any
+	if err := json.Unmarshal(data, &patch); err != nil {
+		return nil, err
+	}
+	status, _ := patch["status"].(map[string]any)
+	if status == nil {
+		status = map[string]any{}
+		patch["status"] = status
+	}
+	status["replicas"], status["readyReplicas"], status["updatedReplicas"] = p.status.Replicas, p.status.ReadyReplicas, p.status.UpdatedReplicas
+	return json.Marshal(patch)
 }

@@ -24,7 +24,7 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/tracing"
-	"github.com/aiinference/operator/internal/tracing/tracingtest"
+	"github.com/aiinference/operator/test/tracingtest"
 )
 
 type nopRecorder struct{}

@@ -3,20 +3,15 @@ package aiinference
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"maps"
 	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	inferencev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -269,32 +264,6 @@ func (r *Reconciler) reconcileTraffic(ctx context.Context, s *scope) error {
 		if err := r.deleteOwned(ctx, s, c.desired, c.existing); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// deleteOwned deletes a child the spec no longer asks for, if this AIInference
-// controls it; anything else of that name is left alone. Only the cache is read:
-// it holds every child the operator made, so a pass with nothing to remove
-// costs no request.
-func (r *Reconciler) deleteOwned(ctx context.Context, s *scope, desired, existing client.Object) error {
-	if err := r.Get(ctx, client.ObjectKeyFromObject(desired), existing); err != nil {
-		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
-			return nil
-		}
-		return fmt.Errorf("reading %s %s: %w", desired.GetObjectKind().GroupVersionKind().Kind, desired.GetName(), err)
-	}
-	if !metav1.IsControlledBy(existing, s.obj) || !existing.GetDeletionTimestamp().IsZero() {
-		return nil
-	}
-	kind := desired.GetObjectKind().GroupVersionKind().Kind
-	ctrl.LoggerFrom(ctx).Info("Deleting "+kind+" the spec no longer asks for", kind, klog.KObj(existing))
-	uid := existing.GetUID()
-	switch err := r.Delete(ctx, existing, client.Preconditions{UID: &uid}); {
-	case err == nil:
-		s.noteChange()
-	case !apierrors.IsNotFound(err) && !apierrors.IsConflict(err):
-		return fmt.Errorf("deleting %s %s: %w", kind, existing.GetName(), err)
 	}
 	return nil
 }

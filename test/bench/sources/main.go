@@ -1,6 +1,6 @@
 // Command sources prints the model loader's throughput from a real OCI
 // registry (distribution) beside a real S3 server (versitygw), both behind the
-// same remote-store-shaped link (internal/loader/s3test's Link, as make
+// same remote-store-shaped link (test/s3test.s Link, as make
 // bench-loader uses), for the same model tree: make bench-sources.
 package main
 
@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/aiinference/operator/internal/loader"
-	"github.com/aiinference/operator/internal/loader/s3test"
+	"github.com/aiinference/operator/test/s3test"
 	"github.com/aiinference/operator/internal/loadspec"
 	"github.com/aiinference/operator/internal/ocipush"
 	"github.com/aiinference/operator/test/ociregistry"

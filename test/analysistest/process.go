@@ -32,7 +32,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aiinference/operator/internal/testutil"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 var (

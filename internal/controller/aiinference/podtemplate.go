@@ -1,18 +1,13 @@
 package aiinference
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"math"
 	"path"
 	"regexp"
-	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,64 +46,6 @@ const (
 
 // loaderUID is the non-root user the loader runs as (the distroless "nonroot" user).
 const loaderUID = 65532
-
-// Options are the operator-wide settings that shape children.
-type Options struct {
-	// LoaderImage is the model loader's image.
-	LoaderImage string
-	// PrometheusURL is the Prometheus that canary analyses query, unless an
-	// object names its own.
-	PrometheusURL string
-	// AutoscaleInterval is how often the autoscaler reads the signals; 0:
-	// DefaultAutoscaleInterval.
-	AutoscaleInterval time.Duration
-	// OperatorNamespace is where the operator's pods run, which the models'
-	// NetworkPolicies let in; "" when it runs outside the cluster.
-	OperatorNamespace string
-	// ImageVolumes tells that the cluster serves image volumes (Kubernetes
-	// v1.35 and later): an oci source in mode Auto is then mounted as one.
-	ImageVolumes bool
-}
-
-// selectorLabels select the pods of one AIInference.
-func selectorLabels(obj *servingv1.AIInference) map[string]string {
-	return map[string]string{
-		servingv1.LabelName:      "aiinference",
-		servingv1.LabelInstance:  obj.Name,
-		servingv1.LabelInference: obj.Name,
-	}
-}
-
-// childLabels go on every child: the selector labels plus the managed-by mark.
-func childLabels(obj *servingv1.AIInference) map[string]string {
-	labels := selectorLabels(obj)
-	labels[servingv1.LabelManagedBy] = servingv1.ManagedByValue
-	return labels
-}
-
-func childMeta(obj *servingv1.AIInference, name string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: name, Namespace: obj.Namespace, Labels: childLabels(obj)}
-}
-
-// Child names are deterministic so a restarted operator finds what it made.
-func configMapName(obj *servingv1.AIInference) string { return obj.Name + "-loader" }
-func canaryName(obj *servingv1.AIInference) string    { return obj.Name + "-canary" }
-func canaryConfigMapName(obj *servingv1.AIInference) string {
-	return obj.Name + "-canary-loader"
-}
-func cachePVCName(obj *servingv1.AIInference) string { return obj.Name + "-model-cache" }
-
-// progressDeadline is the Deployment's progress deadline: room for every load
-// attempt the budget allows with its back-offs, one warm-up, and scheduling, so a
-// slow load is never reported as a stalled rollout before the budget decides.
-func progressDeadline(obj *servingv1.AIInference) int32 {
-	attempts := int(obj.MaxRetries()) + 1
-	total := time.Duration(attempts+1)*obj.LoadTimeout() + 5*time.Minute
-	for n := 1; n < attempts; n++ {
-		total += loadspec.RetryDelay(obj.Backoff(), n)
-	}
-	return int32(min(total.Seconds(), math.MaxInt32))
-}
 
 // resolvedCache is the cache the pods use: the user's, or one chosen from the model size.
 func resolvedCache(obj *servingv1.AIInference) servingv1.CacheSpec {
@@ -150,113 +87,6 @@ func modelPath(obj *servingv1.AIInference) string {
 	return path.Join(cacheMountPath, unsafePathChars.ReplaceAllString(dir, "_"))
 }
 
-// loaderConfig is the configuration the loader reads from the ConfigMap.
-func loaderConfig(obj *servingv1.AIInference) loadspec.Config {
-	cfg := loadspec.Config{
-		Dest:           modelPath(obj),
-		Timeout:        loadspec.Duration{Duration: obj.LoadTimeout()},
-		SHA256Manifest: obj.Spec.Model.SHA256Manifest,
-		// A PVC cache outlives the pod: its complete marker must never stand over
-		// data a node crash lost. An emptyDir dies with the pod and needs no flush.
-		Fsync: resolvedCache(obj).Type == servingv1.CachePVC || resolvedCache(obj).Type == servingv1.CacheNode,
-	}
-	src := obj.Spec.Model.Source
-	switch {
-	case src.S3 != nil:
-		cfg.Source = "s3://" + src.S3.Bucket + "/" + strings.TrimPrefix(src.S3.Prefix, "/")
-		cfg.S3 = &loadspec.S3Options{Endpoint: src.S3.Endpoint, Region: src.S3.Region, PathStyle: src.S3.PathStyle}
-	case src.PVC != nil:
-		cfg.Source = "file://" + path.Join(sourceMountPath, src.PVC.Path)
-	case src.HTTP != nil:
-		cfg.Source = src.HTTP.URL
-	case src.HuggingFace != nil:
-		cfg.Source = hfSourceURL(src.HuggingFace)
-		cfg.HuggingFace = hfOptions(src.HuggingFace)
-	case src.OCI != nil:
-		cfg.Source = "oci://" + src.OCI.Reference
-		cfg.OCI = &loadspec.OCIOptions{PlainHTTP: src.OCI.PlainHTTP}
-	}
-	return cfg
-}
-
-// desiredConfig is the loader configuration file, as JSON.
-func desiredConfig(obj *servingv1.AIInference) (string, error) {
-	config, err := json.MarshalIndent(loaderConfig(obj), "", "  ")
-	if err != nil {
-		return "", fmt.Errorf("encoding loader config: %w", err)
-	}
-	return string(config), nil
-}
-
-// desiredConfigMap holds the loader configuration and the retry budget. Only the
-// configuration is part of the pod template: the budget changes as loads fail and
-// reaches running loaders without rolling the pods.
-func desiredConfigMap(obj *servingv1.AIInference, config string, budget loadspec.Budget) (*corev1.ConfigMap, error) {
-	budgetJSON, err := json.MarshalIndent(budget, "", "  ")
-	if err != nil {
-		return nil, fmt.Errorf("encoding loader budget: %w", err)
-	}
-	data := map[string]string{
-		loadspec.ConfigFileName: config,
-		loadspec.BudgetFileName: string(budgetJSON),
-	}
-	resolved, err := resolvedFile(obj)
-	if err != nil {
-		return nil, err
-	}
-	if resolved != "" {
-		data[loadspec.ResolvedFileName] = resolved
-	}
-	return &corev1.ConfigMap{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: childMeta(obj, configMapName(obj)),
-		Data:       data,
-	}, nil
-}
-
-// desiredCachePVC is the cache claim the operator creates, or nil when the spec does
-// not ask for one.
-func desiredCachePVC(obj *servingv1.AIInference) *corev1.PersistentVolumeClaim {
-	cache := resolvedCache(obj)
-	if cache.Type != servingv1.CachePVC || cache.PVC == nil || cache.PVC.Size == nil {
-		return nil
-	}
-	modes := cache.PVC.AccessModes
-	if len(modes) == 0 {
-		modes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
-	}
-	return &corev1.PersistentVolumeClaim{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
-		ObjectMeta: childMeta(obj, cachePVCName(obj)),
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      modes,
-			StorageClassName: cache.PVC.StorageClassName,
-			Resources: corev1.VolumeResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceStorage: *cache.PVC.Size},
-			},
-		},
-	}
-}
-
-// desiredService routes to the engine port of ready pods only: endpoints of pods
-// whose readiness probe fails are left out, so the probe is the traffic gate.
-func desiredService(obj *servingv1.AIInference, eng engine.Engine) *corev1.Service {
-	return &corev1.Service{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
-		ObjectMeta: childMeta(obj, obj.Name),
-		Spec: corev1.ServiceSpec{
-			Selector: selectorLabels(obj),
-			Ports: []corev1.ServicePort{{
-				Name:       "http",
-				Port:       enginePort(obj, eng),
-				TargetPort: intstr.FromString("http"),
-				Protocol:   corev1.ProtocolTCP,
-			}},
-			PublishNotReadyAddresses: false,
-		},
-	}
-}
-
 // enginePorts are the engine's HTTP port and, for an engine that serves its
 // metrics elsewhere, a port named "metrics" that a PodMonitor can scrape.
 func enginePorts(http int32, eng engine.Engine) []corev1.ContainerPort {
@@ -272,44 +102,6 @@ func enginePort(obj *servingv1.AIInference, eng engine.Engine) int32 {
 		return obj.Spec.Engine.Port
 	}
 	return eng.DefaultPort()
-}
-
-// desiredDeployment is the model server: an init container that loads the model
-// into the cache volume, then the engine, gated by probes on its health endpoint
-// and by the warm-up gate's first completion.
-// configHash is the hash of the loader ConfigMap, so a changed configuration rolls
-// the pods.
-func desiredDeployment(obj *servingv1.AIInference, eng engine.Engine, opts Options, configHash string) *appsv1.Deployment {
-	template := podTemplate(obj, eng, opts)
-	if template.Annotations == nil {
-		template.Annotations = map[string]string{}
-	}
-	template.Annotations[servingv1.AnnotationTemplateHash] = hashOf(template, configHash)
-	return &appsv1.Deployment{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
-		ObjectMeta: childMeta(obj, obj.Name),
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(obj.DesiredReplicas()),
-			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(obj)},
-			// A new replica must be ready before an old one goes, so a rollout never
-			// drops serving capacity below the desired count.
-			Strategy: appsv1.DeploymentStrategy{
-				Type: appsv1.RollingUpdateDeploymentStrategyType,
-				RollingUpdate: &appsv1.RollingUpdateDeployment{
-					MaxUnavailable: ptr.To(intstr.FromInt32(0)),
-					MaxSurge:       ptr.To(intstr.FromInt32(1)),
-				},
-			},
-			RevisionHistoryLimit:    ptr.To[int32](3),
-			ProgressDeadlineSeconds: ptr.To(progressDeadline(obj)),
-			Template:                template,
-		},
-	}
-}
-
-// podTemplateHash is the template hash of the desired Deployment's pods.
-func podTemplateHash(d *appsv1.Deployment) string {
-	return d.Spec.Template.Annotations[servingv1.AnnotationTemplateHash]
 }
 
 func podTemplate(obj *servingv1.AIInference, eng engine.Engine, opts Options) corev1.PodTemplateSpec {
@@ -548,12 +340,8 @@ func engineContainer(obj *servingv1.AIInference, eng engine.Engine, opts Options
 	if image == "" {
 		image = eng.DefaultImage()
 	}
-	model := modelPath(obj)
-	if imageVolume(obj, opts) {
-		model = cacheMountPath // the image's root
-	}
 	args := eng.Args(engine.Params{
-		ModelPath:      model,
+		ModelPath:      engineModelPath(obj, opts),
 		ServedName:     spec.Model.Name,
 		Port:           port,
 		TensorParallel: max(spec.GPU.Count, 1),
@@ -663,7 +451,21 @@ func startupFailureThreshold(timeout time.Duration) int32 {
 
 func volumes(obj *servingv1.AIInference, opts Options) []corev1.Volume {
 	cache := resolvedCache(obj)
-	cacheSource := cacheVolumeSource(obj, cache)
+	var cacheSource corev1.VolumeSource
+	switch cache.Type {
+	case servingv1.CacheMemory:
+		cacheSource.EmptyDir = &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: emptyDirLimit(obj, cache)}
+	case servingv1.CachePVC:
+		claim := cache.PVC.ClaimName
+		if claim == "" {
+			claim = cachePVCName(obj)
+		}
+		cacheSource.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}
+	case servingv1.CacheNode:
+		cacheSource.CSI = nodeCacheVolume(obj)
+	default:
+		cacheSource.EmptyDir = &corev1.EmptyDirVolumeSource{SizeLimit: emptyDirLimit(obj, cache)}
+	}
 	if imageVolume(obj, opts) {
 		cacheSource = corev1.VolumeSource{Image: imageVolumeSource(obj)}
 	}
@@ -698,72 +500,4 @@ func volumes(obj *servingv1.AIInference, opts Options) []corev1.Volume {
 		}})
 	}
 	return vols
-}
-
-// hashOf is a short, stable hash of values encoded as JSON.
-func hashOf(values ...any) string {
-	h := sha256.New()
-	for _, v := range values {
-		b, err := json.Marshal(v)
-		if err != nil {
-			// Only plain API structs are hashed; they always encode.
-			panic(fmt.Sprintf("hashing %T: %v", v, err))
-		}
-		h.Write(b)
-	}
-	return hex.EncodeToString(h.Sum(nil))[:16]
-}
-
-// gpuSummary is the GPU column of `kubectl get aii`.
-func gpuSummary(gpu servingv1.GPUSpec) string {
-	switch {
-	case gpu.Count == 0:
-		return "none"
-	case len(gpu.Products) == 0:
-		return fmt.Sprintf("%dx any", gpu.Count)
-	case len(gpu.Products) == 1:
-		return fmt.Sprintf("%dx %s", gpu.Count, gpu.Products[0])
-	default:
-		return fmt.Sprintf("%dx %s (+%d)", gpu.Count, gpu.Products[0], len(gpu.Products)-1)
-	}
-}
-
-// DesiredDeployment is the Deployment the operator makes for obj, built as a
-// reconcile builds it: the scale benchmark runs the same pods without the
-// operator as its baseline.
-func DesiredDeployment(obj *servingv1.AIInference, opts Options) (*appsv1.Deployment, error) {
-	eng, err := engine.For(obj.Spec.Engine.Type)
-	if err != nil {
-		return nil, err
-	}
-	config, err := desiredConfig(obj)
-	if err != nil {
-		return nil, err
-	}
-	return desiredDeployment(obj, eng, opts, hashOf(config)), nil
-}
-
-// cacheVolumeSource is the volume the loader writes the model into.
-func cacheVolumeSource(obj *servingv1.AIInference, cache servingv1.CacheSpec) corev1.VolumeSource {
-	var cacheSource corev1.VolumeSource
-	switch cache.Type {
-	case servingv1.CacheMemory:
-		cacheSource.EmptyDir = &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: emptyDirLimit(obj, cache)}
-	case servingv1.CachePVC:
-		claim := cache.PVC.ClaimName
-		if claim == "" {
-			claim = cachePVCName(obj)
-		}
-		cacheSource.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}
-	case servingv1.CacheNode:
-		cacheSource.CSI = nodeCacheVolume(obj)
-	default:
-		cacheSource.EmptyDir = &corev1.EmptyDirVolumeSource{SizeLimit: emptyDirLimit(obj, cache)}
-	}
-	return cacheSource
-}
-
-// pullSecretVolume names the volume of an image pull Secret in the loader.
-func pullSecretVolume(secret string) string {
-	return "pull-" + hashOf(secret)[:12]
 }

@@ -15,8 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/aiinference/operator/internal/loader/s3test"
 	"github.com/aiinference/operator/internal/loadspec"
+	"github.com/aiinference/operator/test/s3test"
 )
 
 // ObjectStoreOptions ask for an S3-compatible store (versitygw, built from its Go

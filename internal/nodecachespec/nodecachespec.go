@@ -1,17 +1,8 @@
-// Package nodecache is the node-local model cache: a CSI node plugin, run once
-// per node, that gives every pod of a model on that node the same folder of the
-// node's disk as its model cache volume, so the model is downloaded once per
-// node. The model loader in the pod stays the only thing that talks to the
-// store: it finds the copy complete and verified (0 bytes read), resumes one a
-// killed loader left, or waits on the folder's lock while another pod of the
-// node downloads it. The plugin keeps the node's budget (least recently used
-// copies that no pod has mounted are evicted), reports which models the node
-// holds, and labels the node so the scheduler can prefer it.
-//
-// Why a CSI volume: the model pods keep passing Pod Security "restricted",
-// which allows csi volumes and forbids hostPath; the privileged part is the
-// plugin alone (docs/model-cache.md).
-package nodecache
+// Package nodecachespec is the contract between the node-local model cache's
+// CSI plugin (internal/nodecache) and the operator and kubectl-aii: the driver's
+// name, the volume attributes the operator sets on a pod's cache volume, the
+// node labels and the report each node writes of the copies it holds.
+package nodecachespec
 
 import (
 	"crypto/sha256"
@@ -30,15 +21,6 @@ const (
 	AttrEndpoint = "endpoint"
 	// AttrSizeBytes is the model's expected size, for the node's budget.
 	AttrSizeBytes = "sizeBytes"
-)
-
-// The pod's identity, which the kubelet adds to the volume attributes
-// (CSIDriver podInfoOnMount) and which a pod cannot forge.
-const (
-	podNamespaceAttr = "csi.storage.k8s.io/pod.namespace"
-	podNameAttr      = "csi.storage.k8s.io/pod.name"
-	podUIDAttr       = "csi.storage.k8s.io/pod.uid"
-	ephemeralAttr    = "csi.storage.k8s.io/ephemeral"
 )
 
 // NodeLabelPrefix starts the node labels that say a node holds a complete copy

@@ -31,8 +31,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/aiinference/operator/internal/loader/s3test"
 	"github.com/aiinference/operator/internal/loadspec"
+	"github.com/aiinference/operator/test/s3test"
 )
 
 const bucket = "bench"

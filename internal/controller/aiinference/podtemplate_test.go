@@ -13,7 +13,7 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/engine"
-	"github.com/aiinference/operator/internal/nodecache"
+	"github.com/aiinference/operator/internal/nodecachespec"
 )
 
 func sampleInference() *servingv1.AIInference {
@@ -325,9 +325,9 @@ func TestNodeCacheVolumeAndPreference(t *testing.T) {
 	eng, _ := engine.For(obj.Spec.Engine.Type)
 	pod := podTemplate(obj, eng, Options{}).Spec
 	csi := pod.Volumes[0].CSI
-	if pod.Volumes[0].Name != cacheVolume || csi == nil || csi.Driver != nodecache.DriverName ||
-		csi.VolumeAttributes[nodecache.AttrSource] != "s3://models/llama/" || csi.VolumeAttributes[nodecache.AttrEndpoint] != "http://store.storage:9000" ||
-		csi.VolumeAttributes[nodecache.AttrSizeBytes] != "2147483648" || (csi.ReadOnly != nil && *csi.ReadOnly) {
+	if pod.Volumes[0].Name != cacheVolume || csi == nil || csi.Driver != nodecachespec.DriverName ||
+		csi.VolumeAttributes[nodecachespec.AttrSource] != "s3://models/llama/" || csi.VolumeAttributes[nodecachespec.AttrEndpoint] != "http://store.storage:9000" ||
+		csi.VolumeAttributes[nodecachespec.AttrSizeBytes] != "2147483648" || (csi.ReadOnly != nil && *csi.ReadOnly) {
 		t.Fatalf("cache volume %+v, want the node cache's inline volume, writable, with the source, endpoint and size", pod.Volumes[0])
 	}
 	for _, c := range pod.Containers {
@@ -339,7 +339,7 @@ func TestNodeCacheVolumeAndPreference(t *testing.T) {
 	}
 	preferred := pod.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution
 	last := preferred[len(preferred)-1]
-	want := nodecache.NodeLabel(nodecache.Key("ml", "s3://models/llama/", "http://store.storage:9000"))
+	want := nodecachespec.NodeLabel(nodecachespec.Key("ml", "s3://models/llama/", "http://store.storage:9000"))
 	if last.Weight != nodeCacheWeight || last.Preference.MatchExpressions[0].Key != want || last.Preference.MatchExpressions[0].Operator != corev1.NodeSelectorOpExists {
 		t.Errorf("preference %+v, want nodes labelled %s", last, want)
 	}

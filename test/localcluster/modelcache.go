@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/aiinference/operator/internal/nodecache"
+	"github.com/aiinference/operator/internal/nodecachespec"
 )
 
 // The node-local model cache on the real nodes: its CSI plugin (`model-loader
@@ -53,7 +53,7 @@ func (c *Cluster) StartModelCache(ctx context.Context, opts ModelCacheOptions) (
 		return nil, errors.New("the model cache runs on real nodes, and the cluster has none")
 	}
 	driver := &storagev1.CSIDriver{
-		ObjectMeta: metav1.ObjectMeta{Name: nodecache.DriverName},
+		ObjectMeta: metav1.ObjectMeta{Name: nodecachespec.DriverName},
 		Spec: storagev1.CSIDriverSpec{
 			AttachRequired:       ptr.To(false),
 			PodInfoOnMount:       ptr.To(true),
@@ -104,7 +104,7 @@ func (c *Cluster) StartModelCache(ctx context.Context, opts ModelCacheOptions) (
 				return false, err
 			}
 			for _, d := range csiNode.Spec.Drivers {
-				if d.Name == nodecache.DriverName {
+				if d.Name == nodecachespec.DriverName {
 					return true, nil
 				}
 			}
