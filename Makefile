@@ -82,7 +82,7 @@ REQUIRE_REAL_NODE ?= 0
 
 .PHONY: tools
 tools: ## Build (or reuse) every real binary and image the tests need (a real node's where the host can run one)
-	hack/tools/build.sh envtest cluster s3 images helm keda >/dev/null
+	hack/tools/build.sh envtest cluster s3 registry images helm keda >/dev/null
 	if [ "$(REQUIRE_REAL_NODE)" = 1 ] || hack/real-node-host.sh 2>/dev/null; then hack/tools/build.sh node traefik netpol >/dev/null; fi
 	if [ "$$(id -u)" = 0 ] || command -v promtool >/dev/null; then hack/tools/build.sh promtool >/dev/null; fi
 
@@ -180,6 +180,11 @@ test-netpol: tools ## NetworkPolicy enforced on a real node (kube-router): an al
 bench-routing: ## Routing: a chat workload (testdata) at a sweep of rates, round robin over 4 simulators against the router, the bound (one simulator with all the cache), and the router's own cost
 	ROUTING_BENCH=1 go test ./test/routingbench/ -run 'TestBenchRouting' -count=1 -timeout 60m -v \
 		| grep -E 'routing (bench|figure)|^(routing|round robin|router|bound) |^(--- |ok|FAIL)'
+
+.PHONY: bench-sources
+bench-sources: ## The loader's throughput from a real OCI registry beside a real S3 server, through the same remote-store-shaped link (BENCH_SOURCES_ARGS="-shards 8 -shard-mib 512")
+	hack/tools/build.sh s3 registry >/dev/null
+	go run ./test/bench/sources $(BENCH_SOURCES_ARGS)
 
 .PHONY: bench-loader
 bench-loader: ## The model loader against rclone: through a remote-store-shaped link, then on loopback (4.3 GB tree, cached; BENCH_LOADER_ARGS="-runs 5")

@@ -80,6 +80,7 @@ type v1StatusFields struct {
 	Rollout     *servingv1.RolloutStatus     `json:"rollout,omitempty"`
 	Autoscaling *servingv1.AutoscalingStatus `json:"autoscaling,omitempty"`
 	ModelCache  *servingv1.ModelCacheStatus  `json:"modelCache,omitempty"`
+	Source      *servingv1.SourceStatus      `json:"source,omitempty"`
 	Reason      string                       `json:"reason,omitempty"`
 	Endpoint    string                       `json:"endpoint,omitempty"`
 	Serving     string                       `json:"servingRevision,omitempty"`
@@ -185,6 +186,7 @@ func (src *AIInference) ConvertTo(dstRaw conversion.Hub) error {
 		dst.Status.Rollout = ss.Rollout.DeepCopy()
 		dst.Status.Autoscaling = ss.Autoscaling.DeepCopy()
 		dst.Status.ModelCache = ss.ModelCache.DeepCopy()
+		dst.Status.Source = ss.Source.DeepCopy()
 		dst.Status.Reason, dst.Status.Endpoint, dst.Status.ServingRevision = ss.Reason, ss.Endpoint, ss.Serving
 	}
 	return nil
@@ -272,7 +274,7 @@ func (dst *AIInference) ConvertFrom(srcRaw conversion.Hub) error {
 		LastLoad: st.LastLoad.DeepCopy(), LastFailure: st.LastFailure.DeepCopy(),
 		Updated: st.UpdatedReplicas, LoadBudget: st.LoadBudget.DeepCopy(), RequestedAt: st.LastHandledRequestedAt,
 		Rollout: st.Rollout.DeepCopy(), Autoscaling: st.Autoscaling.DeepCopy(), ModelCache: st.ModelCache.DeepCopy(),
-		Reason: st.Reason, Endpoint: st.Endpoint, Serving: st.ServingRevision,
+		Source: st.Source.DeepCopy(), Reason: st.Reason, Endpoint: st.Endpoint, Serving: st.ServingRevision,
 	}
 	if !equality.Semantic.DeepEqual(statusLost, v1StatusFields{}) {
 		lost.Status = &statusLost

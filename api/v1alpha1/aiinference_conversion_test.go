@@ -105,13 +105,19 @@ func filler(t *testing.T) *randfill.Filler {
 				if c.Bool() {
 					return
 				}
-				switch c.Intn(3) {
+				only := *src
+				*src = servingv1.ModelSource{}
+				switch c.Intn(5) {
 				case 0:
-					src.PVC, src.HTTP = nil, nil
+					src.S3 = only.S3
 				case 1:
-					src.S3, src.HTTP = nil, nil
+					src.PVC = only.PVC
+				case 2:
+					src.HTTP = only.HTTP
+				case 3:
+					src.HuggingFace = only.HuggingFace
 				default:
-					src.S3, src.PVC = nil, nil
+					src.OCI = only.OCI
 				}
 			},
 		}
@@ -198,7 +204,7 @@ func keepOnlyWhatV1Alpha1Expresses(o *servingv1.AIInference) {
 	st := &o.Status
 	st.Ready, st.GPU, st.ModelLoaded, st.LoadRetries, st.LastLoad, st.LastFailure = "", "", false, 0, nil, nil
 	st.UpdatedReplicas, st.LoadBudget, st.LastHandledRequestedAt, st.Rollout, st.Autoscaling = 0, nil, "", nil, nil
-	st.Reason, st.Endpoint, st.ServingRevision, st.ModelCache = "", "", "", nil
+	st.Reason, st.Endpoint, st.ServingRevision, st.ModelCache, st.Source = "", "", "", nil, nil
 }
 
 // The source of a conversion is never modified.

@@ -27,16 +27,19 @@ import (
 
 // StatusReport is what `status` shows.
 type StatusReport struct {
-	Namespace   string                `json:"namespace"`
-	Name        string                `json:"name"`
-	Phase       string                `json:"phase"`
-	Ready       string                `json:"ready"`
-	Model       string                `json:"model"`
-	Engine      string                `json:"engine"`
-	GPU         string                `json:"gpu"`
-	ModelLoaded bool                  `json:"modelLoaded"`
-	LoadRetries int32                 `json:"loadRetries"`
-	MaxRetries  int32                 `json:"maxRetries"`
+	Namespace   string `json:"namespace"`
+	Name        string `json:"name"`
+	Phase       string `json:"phase"`
+	Ready       string `json:"ready"`
+	Model       string `json:"model"`
+	Engine      string `json:"engine"`
+	GPU         string `json:"gpu"`
+	ModelLoaded bool   `json:"modelLoaded"`
+	LoadRetries int32  `json:"loadRetries"`
+	MaxRetries  int32  `json:"maxRetries"`
+	// Source says where the model comes from and what it resolved to (a Hub
+	// commit, an OCI digest), e.g. "hf://org/name@main, commit 0123abc...".
+	Source      string                `json:"source,omitempty"`
 	Conditions  []ConditionReport     `json:"conditions"`
 	Replicas    []ReplicaReport       `json:"replicas"`
 	LastLoad    *servingv1.LoadReport `json:"lastLoad,omitempty"`
@@ -206,7 +209,7 @@ func statusReport(v *view, now time.Time) StatusReport {
 		Namespace: obj.Namespace, Name: obj.Name, Phase: string(st.Phase), Ready: st.Ready,
 		Model: obj.Spec.Model.Name, Engine: string(obj.Spec.Engine.Type), GPU: st.GPU,
 		ModelLoaded: st.ModelLoaded, LoadRetries: st.LoadRetries, MaxRetries: ptr.Deref(obj.Spec.Loading.MaxRetries, servingv1.DefaultMaxRetries), LastLoad: st.LastLoad,
-		Rollout: st.Rollout,
+		Rollout: st.Rollout, Source: sourceLine(obj),
 	}
 	if a := obj.Spec.Autoscaling; a != nil {
 		r.Autoscaling = &AutoscalingReport{MinReplicas: a.Min(), MaxReplicas: a.MaxReplicas}
@@ -302,7 +305,11 @@ func age(t metav1.Time, now time.Time) string {
 
 func writeStatus(out io.Writer, r StatusReport) {
 	fmt.Fprintf(out, "AIInference %s/%s: %s, %s ready\n", r.Namespace, r.Name, r.Phase, r.Ready)
-	fmt.Fprintf(out, "Model %s on %s, %s per replica; %d of %d retries spent\n\n", r.Model, r.Engine, r.GPU, r.LoadRetries, r.MaxRetries)
+	fmt.Fprintf(out, "Model %s on %s, %s per replica; %d of %d retries spent\n", r.Model, r.Engine, r.GPU, r.LoadRetries, r.MaxRetries)
+	if r.Source != "" {
+		fmt.Fprintf(out, "Source %s\n", r.Source)
+	}
+	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONDITION\tSTATUS\tREASON\tSINCE\tMESSAGE")
 	for _, c := range r.Conditions {
@@ -423,4 +430,35 @@ func writeAutoscaling(out io.Writer, a *AutoscalingReport) {
 		fmt.Fprintf(out, "  %s %-13s %d -> %d: %s\n", d.Time.UTC().Format(time.RFC3339), d.Reason, d.From, d.To, d.Message)
 	}
 	fmt.Fprintln(out)
+}
+
+// sourceLine names a Hub or OCI source and what status.source says it resolved
+// to; "" for the other sources.
+func sourceLine(obj *servingv1.AIInference) string {
+	src, st := obj.Spec.Model.Source, obj.Status.Source
+	var line string
+	switch {
+	case src.HuggingFace != nil:
+		rev := src.HuggingFace.Revision
+		if rev == "" {
+			rev = "main"
+		}
+		line = "hf://" + src.HuggingFace.Repository + "@" + rev
+	case src.OCI != nil:
+		line = "oci://" + src.OCI.Reference
+	default:
+		return ""
+	}
+	switch {
+	case st == nil || st.Revision+st.Digest == "":
+		line += ", not resolved yet"
+	case st.Revision != "":
+		line += ", commit " + st.Revision
+	default:
+		line += ", digest " + st.Digest
+	}
+	if st != nil && st.Mode != "" {
+		line += ", mode " + string(st.Mode)
+	}
+	return line
 }

@@ -62,3 +62,28 @@ func TestStatusAfterASupersededCanary(t *testing.T) {
 		}
 	}
 }
+
+func TestStatusShowsTheResolvedSource(t *testing.T) {
+	for _, tc := range []struct {
+		source servingv1.ModelSource
+		status *servingv1.SourceStatus
+		want   string
+	}{
+		{servingv1.ModelSource{HuggingFace: &servingv1.HuggingFaceSource{Repository: "Qwen/Qwen2.5-0.5B"}},
+			&servingv1.SourceStatus{Revision: "0123456789abcdef0123456789abcdef01234567"},
+			"Source hf://Qwen/Qwen2.5-0.5B@main, commit 0123456789abcdef0123456789abcdef01234567\n"},
+		{servingv1.ModelSource{HuggingFace: &servingv1.HuggingFaceSource{Repository: "Qwen/Qwen2.5-0.5B", Revision: "v2"}}, nil,
+			"Source hf://Qwen/Qwen2.5-0.5B@v2, not resolved yet\n"},
+		{servingv1.ModelSource{OCI: &servingv1.OCISource{Reference: "reg.example/models/qwen:v1"}},
+			&servingv1.SourceStatus{Digest: "sha256:abc", Mode: servingv1.OCIModeImageVolume},
+			"Source oci://reg.example/models/qwen:v1, digest sha256:abc, mode ImageVolume\n"},
+	} {
+		obj := &servingv1.AIInference{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "llm"}}
+		obj.Spec.Model.Source, obj.Status.Source = tc.source, tc.status
+		var out strings.Builder
+		writeStatus(&out, statusReport(&view{obj: obj}, time.Now()))
+		if !strings.Contains(out.String(), tc.want) {
+			t.Errorf("status lacks %q:\n%s", tc.want, out.String())
+		}
+	}
+}

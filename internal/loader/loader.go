@@ -103,6 +103,9 @@ func (l *run) summary(err error) loadspec.Summary {
 		s.Checks = l.checks
 	}
 	s.Verified = err == nil && l.checks["size"] == 0
+	if r, ok := l.src.(resolver); ok {
+		s.Resolved = r.Resolved()
+	}
 	return s
 }
 

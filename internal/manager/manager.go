@@ -8,6 +8,8 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	eventsv1client "k8s.io/client-go/kubernetes/typed/events/v1"
+	"strconv"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -229,7 +231,8 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		Scheme:    scheme,
 		Recorder:  events,
 		Options: aiinference.Options{LoaderImage: opts.LoaderImage, PrometheusURL: opts.PrometheusURL,
-			AutoscaleInterval: opts.AutoscaleInterval, OperatorNamespace: opts.OperatorNamespace, RouterService: opts.RouterService},
+			AutoscaleInterval: opts.AutoscaleInterval, OperatorNamespace: opts.OperatorNamespace, RouterService: opts.RouterService,
+			ImageVolumes: servesImageVolumes(clientset)},
 		Logs:     aiinference.PodLogs{Client: clientset},
 		Analyzer: aiinference.PrometheusAnalyzer,
 		Now:      time.Now,
@@ -317,3 +320,16 @@ func podStatusOnly(obj any) (any, error) {
 // DefaultRouterService is the router's Service that config/router and the
 // chart install beside the operator.
 const DefaultRouterService = aiinference.DefaultRouterService
+
+// servesImageVolumes tells whether the API server is Kubernetes v1.35 or later,
+// where image volumes are on by default: an oci model in mode Auto is then
+// mounted as one. A server that cannot say is taken not to.
+func servesImageVolumes(clientset kubernetes.Interface) bool {
+	v, err := clientset.Discovery().ServerVersion()
+	if err != nil {
+		return false
+	}
+	major, errMajor := strconv.Atoi(strings.TrimSuffix(v.Major, "+"))
+	minor, errMinor := strconv.Atoi(strings.TrimSuffix(v.Minor, "+"))
+	return errMajor == nil && errMinor == nil && (major > 1 || major == 1 && minor >= 35)
+}

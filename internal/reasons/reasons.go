@@ -110,10 +110,16 @@ var All = []Explanation{
 	{servingv1.ReasonPartiallyAvailable, "Some but not all desired replicas serve.", "Wait, or see why the others do not (kubectl aii why NAME).", normal, watched, ""},
 
 	// Reasons in status.lastFailure: the loader's, and the kubelet's for a killed loader.
-	{loadspec.ReasonNotFound, "The loader found no model at the source: the bucket, prefix, URL or path does not exist or is empty. Permanent: loads stop.",
+	{loadspec.ReasonNotFound, "The loader found no model at the source: the bucket, prefix, URL or path does not exist or is empty, the OCI reference is not in the registry, or no file of a Hugging Face repository matches the include and exclude patterns. Permanent: loads stop.",
 		"Fix spec.model.source (bucket, prefix, URL or path), " + retryHint + ".", warning, watched, "; check model.source (bucket, prefix, URL or path)"},
-	{loadspec.ReasonAccessDenied, "The store refused the credentials (403/401). Permanent: loads stop.",
+	{loadspec.ReasonAccessDenied, "The store refused the credentials (403/401): the S3 or HTTP credentials, the Hub token, or the registry's pull Secret. Permanent: loads stop.",
 		"Fix the credentials Secret or the store's policy (read access to the bucket and prefix), " + retryHint + ".", warning, watched, "; check the credentials Secret and the store's permissions"},
+	{loadspec.ReasonGatedModel, "The Hugging Face repository is gated: no token was given, or the token's account has not been granted access. Permanent: loads stop.",
+		"Ask for access on the model's page on the Hub, put a token of the account granted access in a Secret and name it in spec.model.source.huggingface.tokenSecretRef, " + retryHint + ".", warning, watched, "; ask for access on the model's page and set model.source.huggingface.tokenSecretRef"},
+	{loadspec.ReasonRepositoryNotFound, "The Hub (or the mirror in huggingface.endpoint) has no such repository, or it is private and the token may not read it. Permanent: loads stop.",
+		"Fix spec.model.source.huggingface.repository (organisation/name as in the model's address), or give a token that may read the private repository, " + retryHint + ".", warning, watched, "; check model.source.huggingface.repository (and the token, for a private one)"},
+	{loadspec.ReasonRevisionNotFound, "The Hugging Face repository has no such branch, tag or commit. Permanent: loads stop.",
+		"Fix spec.model.source.huggingface.revision, " + retryHint + ".", warning, watched, "; check model.source.huggingface.revision"},
 	{loadspec.ReasonChecksumMismatch, "A downloaded file does not match its checksum (the store's, or the manifest's): the stored model is corrupt or changed during the load. Permanent: loads stop.",
 		"Re-upload the model (or let the upload finish), " + retryHint + ".", warning, watched, "; the stored model is corrupt or was changed during the load: re-upload it"},
 	{loadspec.ReasonInvalidConfig, "The loader's configuration is invalid (an unusable source). Permanent: loads stop.", "Fix spec.model.source, " + retryHint + ".", warning, watched, "; check model.source"},

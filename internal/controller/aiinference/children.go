@@ -37,6 +37,9 @@ type Options struct {
 	// RouterService is the router's Service in OperatorNamespace; "":
 	// DefaultRouterService.
 	RouterService string
+	// ImageVolumes tells that the cluster serves image volumes (Kubernetes
+	// v1.35 and later): an oci source in mode Auto is then mounted as one.
+	ImageVolumes bool
 }
 
 // selectorLabels select the pods of one AIInference.

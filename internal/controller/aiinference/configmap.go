@@ -34,6 +34,12 @@ func loaderConfig(obj *servingv1.AIInference) loadspec.Config {
 		cfg.Source = "file://" + path.Join(sourceMountPath, src.PVC.Path)
 	case src.HTTP != nil:
 		cfg.Source = src.HTTP.URL
+	case src.HuggingFace != nil:
+		cfg.Source = hfSourceURL(src.HuggingFace)
+		cfg.HuggingFace = hfOptions(src.HuggingFace)
+	case src.OCI != nil:
+		cfg.Source = "oci://" + src.OCI.Reference
+		cfg.OCI = &loadspec.OCIOptions{PlainHTTP: src.OCI.PlainHTTP}
 	}
 	return cfg
 }
@@ -55,13 +61,21 @@ func desiredConfigMap(obj *servingv1.AIInference, config string, budget loadspec
 	if err != nil {
 		return nil, fmt.Errorf("encoding loader budget: %w", err)
 	}
+	data := map[string]string{
+		loadspec.ConfigFileName: config,
+		loadspec.BudgetFileName: string(budgetJSON),
+	}
+	resolved, err := resolvedFile(obj)
+	if err != nil {
+		return nil, err
+	}
+	if resolved != "" {
+		data[loadspec.ResolvedFileName] = resolved
+	}
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: childMeta(obj, obj.LoaderConfigMapName()),
-		Data: map[string]string{
-			loadspec.ConfigFileName: config,
-			loadspec.BudgetFileName: string(budgetJSON),
-		},
+		Data:       data,
 	}, nil
 }
 

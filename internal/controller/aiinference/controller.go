@@ -201,6 +201,7 @@ func (r *Reconciler) reconcileSteps(ctx context.Context, s *scope) error {
 	}); err != nil {
 		return err
 	}
+	s.obs.sourceMode = ociMode(s.obj, r.Options)
 	if s.config, err = desiredConfig(s.obj); err != nil {
 		return specError{err}
 	}

@@ -51,8 +51,12 @@ func nodeCacheKey(obj *servingv1.AIInference) string {
 
 func nodeCacheSource(obj *servingv1.AIInference) (source, endpoint string) {
 	config := loaderConfig(obj)
-	if config.S3 != nil {
+	switch {
+	case config.S3 != nil:
 		endpoint = config.S3.Endpoint
+	case config.HuggingFace != nil:
+		// A mirror may hold other bytes under the same name.
+		endpoint = config.HuggingFace.Endpoint
 	}
 	return config.Source, endpoint
 }

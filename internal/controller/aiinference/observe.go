@@ -100,6 +100,9 @@ type podView struct {
 	LoaderStarted time.Time
 	// LoaderDone is true when the loader exited 0.
 	LoaderDone bool
+	// ImageVolumeDigest is the digest the kubelet reports for an image volume
+	// model, if any.
+	ImageVolumeDigest string
 	// LoaderSummary is the report of the loader's successful run, if any.
 	LoaderSummary *loadspec.Summary
 	// LoaderFinished is when the loader's successful run exited.
@@ -207,11 +210,17 @@ func observePod(pod *corev1.Pod, templateHash string) podView {
 			observeWarmup(&v, cs)
 		}
 	}
+	hasLoader := slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == servingv1.LoaderContainerName })
 	for _, cs := range pod.Status.ContainerStatuses {
 		if cs.Name != servingv1.EngineContainerName {
 			continue
 		}
 		v.EngineReady = cs.Ready
+		v.ImageVolumeDigest = imageVolumeDigest(cs)
+		if !hasLoader && (cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil) {
+			// An image volume: the model is there once the engine has started.
+			v.LoaderDone = true
+		}
 		// Between two runs the kubelet shows CrashLoopBackOff; while the next run
 		// starts, only the restart count and the last exit tell the loop.
 		crashed := cs.RestartCount > 0 && !cs.Ready && cs.LastTerminationState.Terminated != nil
@@ -344,6 +353,8 @@ func suffix(msg string) string {
 
 // observation is what one reconcile pass saw; the status is derived from it alone.
 type observation struct {
+	// sourceMode is how an oci model reaches the pods ("" for other sources).
+	sourceMode servingv1.OCIMode
 	// referenceProblem is set when a referenced PVC is missing or an API the
 	// spec needs is not served. (A missing Secret shows in the pods: see
 	// missingSecret.)

@@ -126,8 +126,8 @@ func podTemplate(obj *servingv1.AIInference, eng engine.Engine, opts Options) co
 				SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
 			InitContainers: initContainers(obj, eng, opts),
-			Containers:     []corev1.Container{engineContainer(obj, eng)},
-			Volumes:        volumes(obj),
+			Containers:     []corev1.Container{engineContainer(obj, eng, opts)},
+			Volumes:        volumes(obj, opts),
 		},
 	}
 }
@@ -191,6 +191,11 @@ func loaderContainer(obj *servingv1.AIInference, opts Options) corev1.Container 
 	if obj.Spec.Model.Source.PVC != nil {
 		mounts = append(mounts, corev1.VolumeMount{Name: sourceVolume, MountPath: sourceMountPath, ReadOnly: true})
 	}
+	if obj.Spec.Model.Source.OCI != nil {
+		for _, s := range obj.Spec.ImagePullSecrets {
+			mounts = append(mounts, corev1.VolumeMount{Name: pullSecretVolume(s.Name), MountPath: path.Join(loadspec.PullSecretsMountDir, s.Name), ReadOnly: true})
+		}
+	}
 	return corev1.Container{
 		Name:  servingv1.LoaderContainerName,
 		Image: opts.LoaderImage,
@@ -230,7 +235,10 @@ func loaderMemoryLimit(obj *servingv1.AIInference) resource.Quantity {
 
 // initContainers are the loader, then the warm-up gate when it is on.
 func initContainers(obj *servingv1.AIInference, eng engine.Engine, opts Options) []corev1.Container {
-	containers := []corev1.Container{loaderContainer(obj, opts)}
+	var containers []corev1.Container
+	if !imageVolume(obj, opts) {
+		containers = append(containers, loaderContainer(obj, opts))
+	}
 	if api := warmupAPI(obj, eng); api != "" {
 		containers = append(containers, warmupContainer(obj, eng, opts, api))
 	}
@@ -304,6 +312,9 @@ func loaderEnv(obj *servingv1.AIInference) []corev1.EnvVar {
 	case src.HTTP != nil && src.HTTP.BearerTokenSecretRef != nil:
 		ref := src.HTTP.BearerTokenSecretRef
 		return []corev1.EnvVar{fromSecret(loadspec.EnvHTTPBearerToken, ref.Name, ref.Key)}
+	case src.HuggingFace != nil && src.HuggingFace.TokenSecretRef != nil:
+		ref := src.HuggingFace.TokenSecretRef
+		return []corev1.EnvVar{fromSecret(loadspec.EnvHFToken, ref.Name, ref.Key)}
 	}
 	return nil
 }
@@ -322,7 +333,7 @@ func secretAccessKeyKey(ref *servingv1.S3CredentialsSecretRef) string {
 	return loadspec.EnvSecretAccessKey
 }
 
-func engineContainer(obj *servingv1.AIInference, eng engine.Engine) corev1.Container {
+func engineContainer(obj *servingv1.AIInference, eng engine.Engine, opts Options) corev1.Container {
 	spec := obj.Spec
 	port := enginePort(obj, eng)
 	image := spec.Engine.Image
@@ -330,7 +341,7 @@ func engineContainer(obj *servingv1.AIInference, eng engine.Engine) corev1.Conta
 		image = eng.DefaultImage()
 	}
 	args := eng.Args(engine.Params{
-		ModelPath:      modelPath(obj),
+		ModelPath:      engineModelPath(obj, opts),
 		ServedName:     spec.Model.Name,
 		Port:           port,
 		TensorParallel: max(spec.GPU.Count, 1),
@@ -438,7 +449,7 @@ func startupFailureThreshold(timeout time.Duration) int32 {
 	return int32(max(math.Ceil(timeout.Seconds()/startupPeriodSeconds), 1))
 }
 
-func volumes(obj *servingv1.AIInference) []corev1.Volume {
+func volumes(obj *servingv1.AIInference, opts Options) []corev1.Volume {
 	cache := resolvedCache(obj)
 	var cacheSource corev1.VolumeSource
 	switch cache.Type {
@@ -455,6 +466,9 @@ func volumes(obj *servingv1.AIInference) []corev1.Volume {
 	default:
 		cacheSource.EmptyDir = &corev1.EmptyDirVolumeSource{SizeLimit: emptyDirLimit(obj, cache)}
 	}
+	if imageVolume(obj, opts) {
+		cacheSource = corev1.VolumeSource{Image: imageVolumeSource(obj)}
+	}
 	vols := []corev1.Volume{
 		{Name: cacheVolume, VolumeSource: cacheSource},
 		{Name: configVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
@@ -470,6 +484,14 @@ func volumes(obj *servingv1.AIInference) []corev1.Volume {
 		vols = append(vols, corev1.Volume{Name: sourceVolume, VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: src.ClaimName, ReadOnly: true},
 		}})
+	}
+	if obj.Spec.Model.Source.OCI != nil && !imageVolume(obj, opts) {
+		// The loader authenticates to the registry with the pods' pull Secrets.
+		for _, s := range obj.Spec.ImagePullSecrets {
+			vols = append(vols, corev1.Volume{Name: pullSecretVolume(s.Name), VolumeSource: corev1.VolumeSource{
+				Secret: &corev1.SecretVolumeSource{SecretName: s.Name, Items: []corev1.KeyToPath{{Key: corev1.DockerConfigJsonKey, Path: corev1.DockerConfigJsonKey}}},
+			}})
+		}
 	}
 	if obj.Spec.GPU.Count > 1 {
 		// Tensor parallelism exchanges data through shared memory; the default 64Mi is too small.

@@ -155,7 +155,7 @@ func TestCacheVolumes(t *testing.T) {
 			if tt.size != "" {
 				obj.Spec.Model.Size = ptr.To(resource.MustParse(tt.size))
 			}
-			vol := volumes(obj)[0]
+			vol := volumes(obj, Options{})[0]
 			if tt.wantClaim != "" {
 				g.Expect(vol.PersistentVolumeClaim.ClaimName).To(Equal(tt.wantClaim))
 				return

@@ -121,7 +121,9 @@ func computeStatus(obj *servingv1.AIInference, obs observation, loads loadAssess
 	if at := obj.Annotations[servingv1.AnnotationRequestedAt]; at != "" {
 		st.LastHandledRequestedAt = at
 	}
+	st.Source = sourceStatus(obj, obs.sourceMode, nil)
 	if obs.podsSeen {
+		st.Source = sourceStatus(obj, obs.sourceMode, obs.pods)
 		st.LoadRetries = loads.failed
 		st.LoadBudget = loads.budget.DeepCopy()
 		st.LastFailure = loads.failure
