@@ -117,6 +117,10 @@ type podView struct {
 	EngineReady bool
 	// EngineCrashLoop explains a crash-looping engine; empty otherwise.
 	EngineCrashLoop string
+	// EngineCrashLoopSince is when the crash-looping engine last had a chance:
+	// the later of the loader's end and the pod's last turn to not ready; zero
+	// when neither is known.
+	EngineCrashLoopSince time.Time
 	// EngineLogWanted is true when the crash loop's last exit left no message:
 	// the last line of the engine's log is then worth reading.
 	EngineLogWanted bool
@@ -192,6 +196,8 @@ func observePod(pod *corev1.Pod, templateHash string) podView {
 			v.Unschedulable, v.UnschedulableSince = c.Message, c.LastTransitionTime.Time
 		case c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue:
 			v.Scheduled = true
+		case c.Type == corev1.PodReady && c.Status == corev1.ConditionFalse:
+			v.EngineCrashLoopSince = c.LastTransitionTime.Time // until the loader's end, below
 		}
 	}
 	for _, cs := range append(append([]corev1.ContainerStatus(nil), pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
@@ -231,6 +237,11 @@ func observePod(pod *corev1.Pod, templateHash string) podView {
 				v.EngineCrashLoop += fmt.Sprintf("; last exit code %d (%s)%s", t.ExitCode, t.Reason, suffix(t.Message))
 			}
 			v.EngineLogWanted = t == nil || strings.TrimSpace(t.Message) == ""
+			if v.LoaderFinished.After(v.EngineCrashLoopSince) {
+				v.EngineCrashLoopSince = v.LoaderFinished
+			}
+		} else {
+			v.EngineCrashLoopSince = time.Time{}
 		}
 	}
 	return v

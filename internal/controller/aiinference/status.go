@@ -136,7 +136,7 @@ func computeStatus(obj *servingv1.AIInference, obs observation, loads loadAssess
 		}
 	}
 
-	phase, ready := summarize(obj, obs, loads, ro)
+	phase, ready := summarize(obj, obs, loads, ro, now)
 	if ready.failure != nil && obs.podsSeen && loads.halted() == "" {
 		st.LastFailure = stableFailure(obj.Status.LastFailure, ready.failure, now)
 	}
@@ -238,7 +238,7 @@ type verdict struct {
 
 // summarize picks the phase and the Ready condition. The order matters: a problem a
 // person must fix outranks waiting, and the most advanced pod explains the wait.
-func summarize(obj *servingv1.AIInference, obs observation, loads loadAssessment, ro rollout) (servingv1.Phase, verdict) {
+func summarize(obj *servingv1.AIInference, obs observation, loads loadAssessment, ro rollout, now time.Time) (servingv1.Phase, verdict) {
 	for _, p := range []*problem{obs.referenceProblem, missingSecret(obj, obs.pods), obs.nameConflict} {
 		if p != nil {
 			return servingv1.PhasePending, verdict{status: metav1.ConditionFalse, reason: p.reason, message: p.message, stalled: true}
@@ -269,6 +269,13 @@ func summarize(obj *servingv1.AIInference, obs observation, loads loadAssessment
 	}
 
 	phase, v := waitingVerdict(obj, obs, loads, ro)
+	if f := v.failure; v.reason == servingv1.ReasonEngineCrashLooping && f != nil && !f.Time.IsZero() && now.Sub(f.Time.Time) > obj.LoadTimeout() {
+		// The kubelet restarts a crashing engine for ever; past the loading bound
+		// waiting longer is no use: the spec or the image must change.
+		v.stalled = true
+		v.message = fmt.Sprintf("%s; it has crash-looped for %s, longer than loading.timeout (%s): read its log (kubectl aii logs %s) "+
+			"and fix spec.engine (args, image) or spec.resources; the new spec's pods start afresh", v.message, now.Sub(f.Time.Time).Truncate(time.Second), obj.LoadTimeout(), obj.Name)
+	}
 	if ro.deadlineExceeded != "" {
 		v.reason, v.stalled = servingv1.ReasonProgressDeadlineExceeded, true
 		v.message = fmt.Sprintf("The rollout made no progress within progressDeadlineSeconds (%s); %s", ro.deadlineExceeded, v.message)
@@ -397,7 +404,7 @@ var podWaits = []struct {
 		}},
 	{func(p podView) bool { return p.EngineCrashLoop != "" },
 		func(_ *servingv1.AIInference, p podView) podWait {
-			return podWait{reason: servingv1.ReasonEngineCrashLooping, failure: p.EngineCrashLoop,
+			return podWait{reason: servingv1.ReasonEngineCrashLooping, failure: p.EngineCrashLoop, since: p.EngineCrashLoopSince,
 				message: fmt.Sprintf("pod %s: %s; check the engine's logs and engine.args", p.Name, p.EngineCrashLoop)}
 		}},
 	{func(p podView) bool { return p.WarmupFailure != "" },

@@ -259,6 +259,18 @@ func TestComputeStatus(t *testing.T) {
 			phase: servingv1.PhaseLoading, reason: servingv1.ReasonEngineCrashLooping, reconciling: true,
 		},
 		{
+			name: "an engine crash-looping within the loading bound is waited for", replicas: 1,
+			obs: observation{deployment: deploymentWith(1, 0, 1), pods: []podView{{Name: "a", Current: true, Scheduled: true, LoaderDone: true,
+				EngineCrashLoop: "restarted 5 times", EngineCrashLoopSince: now.Add(-servingv1.DefaultLoadTimeout + time.Minute)}}},
+			phase: servingv1.PhaseLoading, reason: servingv1.ReasonEngineCrashLooping, reconciling: true,
+		},
+		{
+			name: "an engine crash-looping past the loading bound is stalled", replicas: 1,
+			obs: observation{deployment: deploymentWith(1, 0, 1), pods: []podView{{Name: "a", Current: true, Scheduled: true, LoaderDone: true,
+				EngineCrashLoop: "restarted 40 times", EngineCrashLoopSince: now.Add(-servingv1.DefaultLoadTimeout - time.Minute)}}},
+			phase: servingv1.PhaseLoading, reason: servingv1.ReasonEngineCrashLooping, stalled: true,
+		},
+		{
 			name: "a healthy engine waits for its warm-up completion", replicas: 1,
 			obs:   observation{deployment: deploymentWith(1, 0, 1), pods: []podView{{Name: "a", Current: true, Scheduled: true, LoaderDone: true, EngineReady: true, WarmupPending: true}}},
 			phase: servingv1.PhaseLoading, reason: servingv1.ReasonWarmingUp, reconciling: true,
