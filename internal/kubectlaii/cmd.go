@@ -146,7 +146,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		return e.cache()
 	}
 
-	root.AddCommand(status, why, trace, logs, cache, pushCommand())
+	root.AddCommand(status, why, trace, logs, cache)
 	return root
 }
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/aiinference/operator/internal/loadspec"
-	"github.com/aiinference/operator/internal/nodecachespec"
 )
 
 // fakeMounter records mounts instead of making them: the unit tests run
@@ -74,7 +73,7 @@ func (ts *testStore) load(id string, size int, done bool) {
 	}
 }
 
-func keysOf(entries []nodecachespec.Entry) string {
+func keysOf(entries []Entry) string {
 	var ks []string
 	for _, e := range entries {
 		ks = append(ks, strings.TrimPrefix(e.Source, "s3://bucket/"))

@@ -1,0 +1,715 @@
+package aiinference
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/engine"
+	"github.com/aiinference/operator/internal/loadspec"
+	"github.com/aiinference/operator/internal/warmup"
+)
+
+// Names of the pod's volumes and mounts, and probe timings.
+const (
+	cacheVolume        = "model-cache"
+	configVolume       = "loader-config"
+	sourceVolume       = "model-source"
+	shmVolume          = "dshm"
+	engineHomeVolume   = "engine-home"
+	tmpVolume          = "tmp"
+	engineHome         = "/home/engine"
+	cacheMountPath     = "/models"
+	sourceMountPath    = "/mnt/model-source"
+	probePeriodSeconds = 10
+	// startupPeriodSeconds is the startup probe's period.
+	startupPeriodSeconds = 2
+	// preStopSleepSeconds is how long a stopping engine keeps serving.
+	preStopSleepSeconds = 5
+)
+
+const (
+	// smallModelMaxSize is the largest model put in an in-memory cache when the user
+	// did not choose a cache.
+	smallModelMaxSize = 2 << 30
+)
+
+// loaderUID is the non-root user the loader runs as (the distroless "nonroot" user).
+const loaderUID = 65532
+
+// Options are the operator-wide settings that shape children.
+type Options struct {
+	// LoaderImage is the model loader's image.
+	LoaderImage string
+	// PrometheusURL is the Prometheus that canary analyses query, unless an
+	// object names its own.
+	PrometheusURL string
+	// AutoscaleInterval is how often the autoscaler reads the signals; 0:
+	// DefaultAutoscaleInterval.
+	AutoscaleInterval time.Duration
+	// OperatorNamespace is where the operator's pods run, which the models'
+	// NetworkPolicies let in; "" when it runs outside the cluster.
+	OperatorNamespace string
+}
+
+// selectorLabels select the pods of one AIInference.
+func selectorLabels(obj *servingv1.AIInference) map[string]string {
+	return map[string]string{
+		servingv1.LabelName:      "aiinference",
+		servingv1.LabelInstance:  obj.Name,
+		servingv1.LabelInference: obj.Name,
+	}
+}
+
+// childLabels go on every child: the selector labels plus the managed-by mark.
+func childLabels(obj *servingv1.AIInference) map[string]string {
+	labels := selectorLabels(obj)
+	labels[servingv1.LabelManagedBy] = servingv1.ManagedByValue
+	return labels
+}
+
+func childMeta(obj *servingv1.AIInference, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: obj.Namespace, Labels: childLabels(obj)}
+}
+
+// Child names are deterministic so a restarted operator finds what it made.
+func configMapName(obj *servingv1.AIInference) string { return obj.Name + "-loader" }
+func canaryName(obj *servingv1.AIInference) string    { return obj.Name + "-canary" }
+func canaryConfigMapName(obj *servingv1.AIInference) string {
+	return obj.Name + "-canary-loader"
+}
+func cachePVCName(obj *servingv1.AIInference) string { return obj.Name + "-model-cache" }
+
+// progressDeadline is the Deployment's progress deadline: room for every load
+// attempt the budget allows with its back-offs, one warm-up, and scheduling, so a
+// slow load is never reported as a stalled rollout before the budget decides.
+func progressDeadline(obj *servingv1.AIInference) int32 {
+	attempts := int(obj.MaxRetries()) + 1
+	total := time.Duration(attempts+1)*obj.LoadTimeout() + 5*time.Minute
+	for n := 1; n < attempts; n++ {
+		total += loadspec.RetryDelay(obj.Backoff(), n)
+	}
+	return int32(min(total.Seconds(), math.MaxInt32))
+}
+
+// resolvedCache is the cache the pods use: the user's, or one chosen from the model size.
+func resolvedCache(obj *servingv1.AIInference) servingv1.CacheSpec {
+	if obj.Spec.Cache != nil {
+		return *obj.Spec.Cache
+	}
+	size := obj.Spec.Model.Size
+	if size != nil && size.Value() <= smallModelMaxSize {
+		return servingv1.CacheSpec{Type: servingv1.CacheMemory}
+	}
+	return servingv1.CacheSpec{Type: servingv1.CacheDisk}
+}
+
+// emptyDirLimit is the size limit of an emptyDir cache: the user's, or the model size
+// plus 10% headroom; nil when nothing is known.
+func emptyDirLimit(obj *servingv1.AIInference, cache servingv1.CacheSpec) *resource.Quantity {
+	if cache.SizeLimit != nil {
+		return cache.SizeLimit
+	}
+	if size := obj.Spec.Model.Size; size != nil {
+		return resource.NewQuantity(size.Value()+size.Value()/10, resource.BinarySI)
+	}
+	return nil
+}
+
+var unsafePathChars = regexp.MustCompile(`[^A-Za-z0-9._@-]+`)
+
+// modelPath is where the complete model sits in the pod. It names the model and
+// revision so that a shared PVC cache can hold several models side by side; a
+// node cache volume is one model's copy, whose root the node's cache checks.
+func modelPath(obj *servingv1.AIInference) string {
+	if resolvedCache(obj).Type == servingv1.CacheNode {
+		return cacheMountPath
+	}
+	dir := obj.Spec.Model.Name
+	if rev := obj.Spec.Model.Revision; rev != "" {
+		dir += "@" + rev
+	}
+	return path.Join(cacheMountPath, unsafePathChars.ReplaceAllString(dir, "_"))
+}
+
+// loaderConfig is the configuration the loader reads from the ConfigMap.
+func loaderConfig(obj *servingv1.AIInference) loadspec.Config {
+	cfg := loadspec.Config{
+		Dest:           modelPath(obj),
+		Timeout:        loadspec.Duration{Duration: obj.LoadTimeout()},
+		SHA256Manifest: obj.Spec.Model.SHA256Manifest,
+		// A PVC cache outlives the pod: its complete marker must never stand over
+		// data a node crash lost. An emptyDir dies with the pod and needs no flush.
+		Fsync: resolvedCache(obj).Type == servingv1.CachePVC || resolvedCache(obj).Type == servingv1.CacheNode,
+	}
+	src := obj.Spec.Model.Source
+	switch {
+	case src.S3 != nil:
+		cfg.Source = "s3://" + src.S3.Bucket + "/" + strings.TrimPrefix(src.S3.Prefix, "/")
+		cfg.S3 = &loadspec.S3Options{Endpoint: src.S3.Endpoint, Region: src.S3.Region, PathStyle: src.S3.PathStyle}
+	case src.PVC != nil:
+		cfg.Source = "file://" + path.Join(sourceMountPath, src.PVC.Path)
+	case src.HTTP != nil:
+		cfg.Source = src.HTTP.URL
+	}
+	return cfg
+}
+
+// desiredConfig is the loader configuration file, as JSON.
+func desiredConfig(obj *servingv1.AIInference) (string, error) {
+	config, err := json.MarshalIndent(loaderConfig(obj), "", "  ")
+	if err != nil {
+		return "", fmt.Errorf("encoding loader config: %w", err)
+	}
+	return string(config), nil
+}
+
+// desiredConfigMap holds the loader configuration and the retry budget. Only the
+// configuration is part of the pod template: the budget changes as loads fail and
+// reaches running loaders without rolling the pods.
+func desiredConfigMap(obj *servingv1.AIInference, config string, budget loadspec.Budget) (*corev1.ConfigMap, error) {
+	budgetJSON, err := json.MarshalIndent(budget, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encoding loader budget: %w", err)
+	}
+	return &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: childMeta(obj, configMapName(obj)),
+		Data: map[string]string{
+			loadspec.ConfigFileName: config,
+			loadspec.BudgetFileName: string(budgetJSON),
+		},
+	}, nil
+}
+
+// desiredCachePVC is the cache claim the operator creates, or nil when the spec does
+// not ask for one.
+func desiredCachePVC(obj *servingv1.AIInference) *corev1.PersistentVolumeClaim {
+	cache := resolvedCache(obj)
+	if cache.Type != servingv1.CachePVC || cache.PVC == nil || cache.PVC.Size == nil {
+		return nil
+	}
+	modes := cache.PVC.AccessModes
+	if len(modes) == 0 {
+		modes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	}
+	return &corev1.PersistentVolumeClaim{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
+		ObjectMeta: childMeta(obj, cachePVCName(obj)),
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      modes,
+			StorageClassName: cache.PVC.StorageClassName,
+			Resources: corev1.VolumeResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceStorage: *cache.PVC.Size},
+			},
+		},
+	}
+}
+
+// desiredService routes to the engine port of ready pods only: endpoints of pods
+// whose readiness probe fails are left out, so the probe is the traffic gate.
+func desiredService(obj *servingv1.AIInference, eng engine.Engine) *corev1.Service {
+	return &corev1.Service{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: childMeta(obj, obj.Name),
+		Spec: corev1.ServiceSpec{
+			Selector: selectorLabels(obj),
+			Ports: []corev1.ServicePort{{
+				Name:       "http",
+				Port:       enginePort(obj, eng),
+				TargetPort: intstr.FromString("http"),
+				Protocol:   corev1.ProtocolTCP,
+			}},
+			PublishNotReadyAddresses: false,
+		},
+	}
+}
+
+// enginePorts are the engine's HTTP port and, for an engine that serves its
+// metrics elsewhere, a port named "metrics" that a PodMonitor can scrape.
+func enginePorts(http int32, eng engine.Engine) []corev1.ContainerPort {
+	ports := []corev1.ContainerPort{{Name: "http", ContainerPort: http, Protocol: corev1.ProtocolTCP}}
+	if p := eng.MetricsPort(); p != 0 {
+		ports = append(ports, corev1.ContainerPort{Name: "metrics", ContainerPort: p, Protocol: corev1.ProtocolTCP})
+	}
+	return ports
+}
+
+func enginePort(obj *servingv1.AIInference, eng engine.Engine) int32 {
+	if obj.Spec.Engine.Port != 0 {
+		return obj.Spec.Engine.Port
+	}
+	return eng.DefaultPort()
+}
+
+// desiredDeployment is the model server: an init container that loads the model
+// into the cache volume, then the engine, gated by probes on its health endpoint
+// and by the warm-up gate's first completion.
+// configHash is the hash of the loader ConfigMap, so a changed configuration rolls
+// the pods.
+func desiredDeployment(obj *servingv1.AIInference, eng engine.Engine, opts Options, configHash string) *appsv1.Deployment {
+	template := podTemplate(obj, eng, opts)
+	if template.Annotations == nil {
+		template.Annotations = map[string]string{}
+	}
+	template.Annotations[servingv1.AnnotationTemplateHash] = hashOf(template, configHash)
+	return &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: childMeta(obj, obj.Name),
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(obj.DesiredReplicas()),
+			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(obj)},
+			// A new replica must be ready before an old one goes, so a rollout never
+			// drops serving capacity below the desired count.
+			Strategy: appsv1.DeploymentStrategy{
+				Type: appsv1.RollingUpdateDeploymentStrategyType,
+				RollingUpdate: &appsv1.RollingUpdateDeployment{
+					MaxUnavailable: ptr.To(intstr.FromInt32(0)),
+					MaxSurge:       ptr.To(intstr.FromInt32(1)),
+				},
+			},
+			RevisionHistoryLimit:    ptr.To[int32](3),
+			ProgressDeadlineSeconds: ptr.To(progressDeadline(obj)),
+			Template:                template,
+		},
+	}
+}
+
+// podTemplateHash is the template hash of the desired Deployment's pods.
+func podTemplateHash(d *appsv1.Deployment) string {
+	return d.Spec.Template.Annotations[servingv1.AnnotationTemplateHash]
+}
+
+func podTemplate(obj *servingv1.AIInference, eng engine.Engine, opts Options) corev1.PodTemplateSpec {
+	spec := obj.Spec
+	tolerations := append([]corev1.Toleration(nil), spec.Tolerations...)
+	if spec.GPU.Count > 0 {
+		tolerations = append([]corev1.Toleration{{
+			Key: string(servingv1.GPUResource), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule,
+		}}, tolerations...)
+	}
+	return corev1.PodTemplateSpec{
+		ObjectMeta: podMetadata(obj),
+		Spec: corev1.PodSpec{
+			ServiceAccountName: spec.ServiceAccountName,
+			ImagePullSecrets:   spec.ImagePullSecrets,
+			NodeSelector:       spec.NodeSelector,
+			Tolerations:        tolerations,
+			Affinity:           withNodeCachePreference(gpuAffinity(spec.GPU), obj),
+			SecurityContext: &corev1.PodSecurityContext{
+				FSGroup:             ptr.To[int64](loaderUID),
+				FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
+				SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			InitContainers: initContainers(obj, eng, opts),
+			Containers:     []corev1.Container{engineContainer(obj, eng)},
+			Volumes:        volumes(obj),
+		},
+	}
+}
+
+// podMetadata is the user's pod labels and annotations under the operator's labels.
+func podMetadata(obj *servingv1.AIInference) metav1.ObjectMeta {
+	meta := metav1.ObjectMeta{Labels: map[string]string{}}
+	if user := obj.Spec.PodMetadata; user != nil {
+		maps.Copy(meta.Labels, user.Labels)
+		if len(user.Annotations) > 0 {
+			meta.Annotations = maps.Clone(user.Annotations)
+		}
+	}
+	maps.Copy(meta.Labels, childLabels(obj))
+	meta.Labels[servingv1.LabelTrack] = servingv1.TrackStable
+	return meta
+}
+
+// gpuAffinity requires a node with one of the accepted products and prefers them in
+// the order given, so the first product is used while it has room.
+func gpuAffinity(gpu servingv1.GPUSpec) *corev1.Affinity {
+	if gpu.Count == 0 || len(gpu.Products) == 0 {
+		return nil
+	}
+	var preferred []corev1.PreferredSchedulingTerm
+	for i, product := range gpu.Products {
+		preferred = append(preferred, corev1.PreferredSchedulingTerm{
+			Weight: int32(max(100-10*i, 1)),
+			Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: servingv1.GPUProductLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{product},
+			}}},
+		})
+	}
+	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: servingv1.GPUProductLabel, Operator: corev1.NodeSelectorOpIn, Values: gpu.Products,
+			}}}},
+		},
+		PreferredDuringSchedulingIgnoredDuringExecution: preferred,
+	}}
+}
+
+// restrictedSecurityContext passes the Pod Security "restricted" profile.
+func restrictedSecurityContext() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		RunAsNonRoot:             ptr.To(true),
+		RunAsUser:                ptr.To[int64](loaderUID),
+		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+func loaderContainer(obj *servingv1.AIInference, opts Options) corev1.Container {
+	mounts := []corev1.VolumeMount{
+		{Name: cacheVolume, MountPath: cacheMountPath},
+		{Name: configVolume, MountPath: loadspec.ConfigMountDir, ReadOnly: true},
+	}
+	if obj.Spec.Model.Source.PVC != nil {
+		mounts = append(mounts, corev1.VolumeMount{Name: sourceVolume, MountPath: sourceMountPath, ReadOnly: true})
+	}
+	return corev1.Container{
+		Name:  servingv1.LoaderContainerName,
+		Image: opts.LoaderImage,
+		Args: []string{"--config", path.Join(loadspec.ConfigMountDir, loadspec.ConfigFileName),
+			fmt.Sprintf("--progress-address=:%d", loadspec.ProgressPort)},
+		// The progress endpoint (JSON and metrics) while it loads: kubectl aii status
+		// reads it through the pod proxy, a PodMonitor can scrape it.
+		Ports:           []corev1.ContainerPort{{Name: loadspec.ProgressPortName, ContainerPort: loadspec.ProgressPort, Protocol: corev1.ProtocolTCP}},
+		Env:             loaderEnv(obj),
+		VolumeMounts:    mounts,
+		SecurityContext: restrictedSecurityContext(),
+		Resources: corev1.ResourceRequirements{
+			// A core for hashing every byte it verifies; its buffers are bounded well under 256Mi.
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("256Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: loaderMemoryLimit(obj)},
+		},
+		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+	}
+}
+
+// loaderBufferLimit bounds the loader's own memory.
+var loaderBufferLimit = resource.MustParse("512Mi")
+
+// loaderMemoryLimit is the loader's memory limit: its buffers, plus an
+// in-memory cache's size, since the kernel charges the files the loader writes
+// to a memory-backed emptyDir to the loader's container (a 768Mi model in a
+// Memory cache was OOM-killed at 512Mi on a real node).
+func loaderMemoryLimit(obj *servingv1.AIInference) resource.Quantity {
+	limit := loaderBufferLimit.DeepCopy()
+	if cache := resolvedCache(obj); cache.Type == servingv1.CacheMemory {
+		if size := emptyDirLimit(obj, cache); size != nil {
+			limit.Add(*size)
+		}
+	}
+	return limit
+}
+
+// initContainers are the loader, then the warm-up gate when it is on.
+func initContainers(obj *servingv1.AIInference, eng engine.Engine, opts Options) []corev1.Container {
+	containers := []corev1.Container{loaderContainer(obj, opts)}
+	if api := warmupAPI(obj, eng); api != "" {
+		containers = append(containers, warmupContainer(obj, eng, opts, api))
+	}
+	return containers
+}
+
+// warmupAPI is the API the warm-up gate asks the engine through, or "" when the
+// gate is off: turned off in the spec, or an engine without a completions API
+// (Triton, which admission refuses to turn it on for).
+func warmupAPI(obj *servingv1.AIInference, eng engine.Engine) warmup.API {
+	if w := obj.Spec.Engine.Warmup; w != nil && w.Enabled != nil && !*w.Enabled {
+		return ""
+	}
+	return eng.WarmupAPI()
+}
+
+// warmupContainer is the warm-up gate: `model-loader warmup` from the loader's
+// image, run as a native sidecar (an init container that restarts always), so the
+// kubelet starts it once the loader is done and keeps it beside the engine. It
+// has no startup probe, so the engine starts at once beside it; its readiness
+// probe counts in the pod's readiness, which so waits for a real completion.
+// After loading.timeout without one it exits with the reason in its termination
+// message, and the kubelet runs it again.
+func warmupContainer(obj *servingv1.AIInference, eng engine.Engine, opts Options, api warmup.API) corev1.Container {
+	prompt := warmup.DefaultPrompt
+	if w := obj.Spec.Engine.Warmup; w != nil && w.Prompt != "" {
+		prompt = w.Prompt
+	}
+	return corev1.Container{
+		Name:  servingv1.WarmupContainerName,
+		Image: opts.LoaderImage,
+		Args: []string{"warmup",
+			"--api", string(api),
+			"--engine-url", fmt.Sprintf("http://127.0.0.1:%d", enginePort(obj, eng)),
+			"--model", obj.Spec.Model.Name,
+			"--prompt", prompt,
+			"--timeout", obj.LoadTimeout().String(),
+			"--listen", fmt.Sprintf(":%d", warmup.Port),
+		},
+		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		Ports:         []corev1.ContainerPort{{Name: servingv1.WarmupContainerName, ContainerPort: warmup.Port, Protocol: corev1.ProtocolTCP}},
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: warmup.ReadyPath, Port: intstr.FromString(servingv1.WarmupContainerName)}},
+			PeriodSeconds: 2, TimeoutSeconds: 2, FailureThreshold: 3,
+		},
+		SecurityContext: restrictedSecurityContext(),
+		Resources: corev1.ResourceRequirements{
+			// One HTTP request at a time, then an idle readiness endpoint.
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+		},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+}
+
+// loaderEnv passes credentials from Secrets, never inline.
+func loaderEnv(obj *servingv1.AIInference) []corev1.EnvVar {
+	fromSecret := func(env, secret, key string) corev1.EnvVar {
+		return corev1.EnvVar{Name: env, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key,
+		}}}
+	}
+	src := obj.Spec.Model.Source
+	switch {
+	case src.S3 != nil && src.S3.CredentialsSecretRef != nil:
+		ref := src.S3.CredentialsSecretRef
+		return []corev1.EnvVar{
+			fromSecret(loadspec.EnvAccessKeyID, ref.Name, accessKeyIDKey(ref)),
+			fromSecret(loadspec.EnvSecretAccessKey, ref.Name, secretAccessKeyKey(ref)),
+		}
+	case src.HTTP != nil && src.HTTP.BearerTokenSecretRef != nil:
+		ref := src.HTTP.BearerTokenSecretRef
+		return []corev1.EnvVar{fromSecret(loadspec.EnvHTTPBearerToken, ref.Name, ref.Key)}
+	}
+	return nil
+}
+
+func accessKeyIDKey(ref *servingv1.S3CredentialsSecretRef) string {
+	if ref.AccessKeyIDKey != "" {
+		return ref.AccessKeyIDKey
+	}
+	return loadspec.EnvAccessKeyID
+}
+
+func secretAccessKeyKey(ref *servingv1.S3CredentialsSecretRef) string {
+	if ref.SecretAccessKeyKey != "" {
+		return ref.SecretAccessKeyKey
+	}
+	return loadspec.EnvSecretAccessKey
+}
+
+func engineContainer(obj *servingv1.AIInference, eng engine.Engine) corev1.Container {
+	spec := obj.Spec
+	port := enginePort(obj, eng)
+	image := spec.Engine.Image
+	if image == "" {
+		image = eng.DefaultImage()
+	}
+	args := eng.Args(engine.Params{
+		ModelPath:      modelPath(obj),
+		ServedName:     spec.Model.Name,
+		Port:           port,
+		TensorParallel: max(spec.GPU.Count, 1),
+	})
+	args = append(args, spec.Engine.Args...)
+
+	resources := *spec.Resources.DeepCopy()
+	if spec.GPU.Count > 0 {
+		gpus := *resource.NewQuantity(int64(spec.GPU.Count), resource.DecimalSI)
+		if resources.Limits == nil {
+			resources.Limits = corev1.ResourceList{}
+		}
+		resources.Limits[servingv1.GPUResource] = gpus
+		if resources.Requests != nil {
+			resources.Requests[servingv1.GPUResource] = gpus
+		}
+	}
+
+	mounts := []corev1.VolumeMount{
+		{Name: cacheVolume, MountPath: cacheMountPath, ReadOnly: true},
+		{Name: engineHomeVolume, MountPath: engineHome},
+		{Name: tmpVolume, MountPath: "/tmp"},
+	}
+	if spec.GPU.Count > 1 {
+		mounts = append(mounts, corev1.VolumeMount{Name: shmVolume, MountPath: "/dev/shm"})
+	}
+
+	probe := func(path string, failures int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("http")}},
+			PeriodSeconds:    probePeriodSeconds,
+			TimeoutSeconds:   5,
+			FailureThreshold: failures,
+		}
+	}
+	readiness := probe(eng.ReadinessPath(), 3)
+	readiness.PeriodSeconds = 5
+	return corev1.Container{
+		Name:    servingv1.EngineContainerName,
+		Image:   image,
+		Command: eng.Command(),
+		Args:    args,
+		Env:     engineEnv(spec.Engine.Env),
+		Ports:   enginePorts(port, eng),
+		// The startup probe gives the engine loading.timeout to warm up once the
+		// loader is done; liveness only starts counting once it has succeeded.
+		StartupProbe:             startupProbe(probe(eng.ReadinessPath(), startupFailureThreshold(obj.LoadTimeout()))),
+		ReadinessProbe:           readiness,
+		LivenessProbe:            probe(eng.LivenessPath(), 3),
+		Resources:                resources,
+		VolumeMounts:             mounts,
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		SecurityContext:          engineSecurityContext(obj),
+		// A pod being deleted leaves the Service's endpoints at once, but kube-proxy
+		// on every node takes a moment to see it: the engine keeps serving
+		// meanwhile, so that no request sent its way in that moment fails.
+		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: preStopSleepSeconds}}},
+	}
+}
+
+// engineSecurityContext is the user's, or one that passes Pod Security
+// "restricted". Engines write to their home and caches, so the root file system
+// stays writable; those paths are volumes (see engineEnv).
+func engineSecurityContext(obj *servingv1.AIInference) *corev1.SecurityContext {
+	if sc := obj.Spec.Engine.SecurityContext; sc != nil {
+		return sc.DeepCopy()
+	}
+	sc := restrictedSecurityContext()
+	sc.ReadOnlyRootFilesystem = nil
+	return sc
+}
+
+// engineEnv points HOME and the caches of the engines' libraries (Hugging Face,
+// torch, Triton kernels) at a writable volume, and names the user, which Python's
+// getpass needs when the UID has no passwd entry. The user's variables win.
+func engineEnv(user []corev1.EnvVar) []corev1.EnvVar {
+	defaults := []corev1.EnvVar{
+		{Name: "HOME", Value: engineHome},
+		{Name: "USER", Value: "engine"},
+		{Name: "XDG_CACHE_HOME", Value: engineHome + "/.cache"},
+		{Name: "HF_HOME", Value: engineHome + "/.cache/huggingface"},
+	}
+	set := map[string]bool{}
+	for _, e := range user {
+		set[e.Name] = true
+	}
+	var env []corev1.EnvVar
+	for _, e := range defaults {
+		if !set[e.Name] {
+			env = append(env, e)
+		}
+	}
+	return append(env, user...)
+}
+
+// startupProbe asks often: a health GET is cheap, and the sooner a warm engine
+// is seen, the sooner the replica serves.
+func startupProbe(p *corev1.Probe) *corev1.Probe {
+	p.PeriodSeconds = startupPeriodSeconds
+	return p
+}
+
+// startupFailureThreshold turns the loading timeout into startup probe failures.
+func startupFailureThreshold(timeout time.Duration) int32 {
+	return int32(max(math.Ceil(timeout.Seconds()/startupPeriodSeconds), 1))
+}
+
+func volumes(obj *servingv1.AIInference) []corev1.Volume {
+	cache := resolvedCache(obj)
+	var cacheSource corev1.VolumeSource
+	switch cache.Type {
+	case servingv1.CacheMemory:
+		cacheSource.EmptyDir = &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: emptyDirLimit(obj, cache)}
+	case servingv1.CachePVC:
+		claim := cache.PVC.ClaimName
+		if claim == "" {
+			claim = cachePVCName(obj)
+		}
+		cacheSource.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}
+	case servingv1.CacheNode:
+		cacheSource.CSI = nodeCacheVolume(obj)
+	default:
+		cacheSource.EmptyDir = &corev1.EmptyDirVolumeSource{SizeLimit: emptyDirLimit(obj, cache)}
+	}
+	vols := []corev1.Volume{
+		{Name: cacheVolume, VolumeSource: cacheSource},
+		{Name: configVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: configMapName(obj)},
+		}}},
+	}
+	// The engine's home and /tmp: writable for a non-root engine, gone with the pod.
+	vols = append(vols,
+		corev1.Volume{Name: engineHomeVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		corev1.Volume{Name: tmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	)
+	if src := obj.Spec.Model.Source.PVC; src != nil {
+		vols = append(vols, corev1.Volume{Name: sourceVolume, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: src.ClaimName, ReadOnly: true},
+		}})
+	}
+	if obj.Spec.GPU.Count > 1 {
+		// Tensor parallelism exchanges data through shared memory; the default 64Mi is too small.
+		vols = append(vols, corev1.Volume{Name: shmVolume, VolumeSource: corev1.VolumeSource{
+			EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory},
+		}})
+	}
+	return vols
+}
+
+// hashOf is a short, stable hash of values encoded as JSON.
+func hashOf(values ...any) string {
+	h := sha256.New()
+	for _, v := range values {
+		b, err := json.Marshal(v)
+		if err != nil {
+			// Only plain API structs are hashed; they always encode.
+			panic(fmt.Sprintf("hashing %T: %v", v, err))
+		}
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// gpuSummary is the GPU column of `kubectl get aii`.
+func gpuSummary(gpu servingv1.GPUSpec) string {
+	switch {
+	case gpu.Count == 0:
+		return "none"
+	case len(gpu.Products) == 0:
+		return fmt.Sprintf("%dx any", gpu.Count)
+	case len(gpu.Products) == 1:
+		return fmt.Sprintf("%dx %s", gpu.Count, gpu.Products[0])
+	default:
+		return fmt.Sprintf("%dx %s (+%d)", gpu.Count, gpu.Products[0], len(gpu.Products)-1)
+	}
+}
+
+// DesiredDeployment is the Deployment the operator makes for obj, built as a
+// reconcile builds it: the scale benchmark runs the same pods without the
+// operator as its baseline.
+func DesiredDeployment(obj *servingv1.AIInference, opts Options) (*appsv1.Deployment, error) {
+	eng, err := engine.For(obj.Spec.Engine.Type)
+	if err != nil {
+		return nil, err
+	}
+	config, err := desiredConfig(obj)
+	if err != nil {
+		return nil, err
+	}
+	return desiredDeployment(obj, eng, opts, hashOf(config)), nil
+}
