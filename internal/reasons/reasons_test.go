@@ -46,7 +46,8 @@ func TestEveryReasonIsExplainedAndDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	all := append(reasonConstants(t, filepath.Join(root, "api", "v1", "conditions.go")),
-		reasonConstants(t, filepath.Join(root, "internal", "loadspec", "loadspec.go"))...)
+		append(reasonConstants(t, filepath.Join(root, "internal", "loadspec", "loadspec.go")),
+			reasonConstants(t, filepath.Join(root, "internal", "loadspec", "adapters.go"))...)...)
 	if len(all) < 30 {
 		t.Fatalf("found only %d reasons", len(all))
 	}

@@ -9,7 +9,6 @@ import (
 	"math"
 	"path"
 	"regexp"
-	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -153,21 +152,23 @@ func loaderConfig(obj *servingv1.AIInference) loadspec.Config {
 		Dest:           modelPath(obj),
 		Timeout:        loadspec.Duration{Duration: obj.LoadTimeout()},
 		SHA256Manifest: obj.Spec.Model.SHA256Manifest,
-		// A PVC cache outlives the pod: its complete marker must never stand over
-		// data a node crash lost. An emptyDir dies with the pod and needs no flush.
-		Fsync: resolvedCache(obj).Type == servingv1.CachePVC || resolvedCache(obj).Type == servingv1.CacheNode,
+		Fsync:          cacheOutlivesPod(obj),
+		Adapters:       startAdapters(obj),
 	}
 	src := obj.Spec.Model.Source
-	switch {
-	case src.S3 != nil:
-		cfg.Source = "s3://" + src.S3.Bucket + "/" + strings.TrimPrefix(src.S3.Prefix, "/")
+	cfg.Source, _ = sourceLocation(src)
+	if src.S3 != nil {
 		cfg.S3 = &loadspec.S3Options{Endpoint: src.S3.Endpoint, Region: src.S3.Region, PathStyle: src.S3.PathStyle}
-	case src.PVC != nil:
-		cfg.Source = "file://" + path.Join(sourceMountPath, src.PVC.Path)
-	case src.HTTP != nil:
-		cfg.Source = src.HTTP.URL
 	}
 	return cfg
+}
+
+// cacheOutlivesPod is true for a cache that outlives the pod (a PVC, the
+// node's): its complete marker must never stand over data a node crash lost,
+// so the loader flushes. An emptyDir dies with the pod and needs no flush.
+func cacheOutlivesPod(obj *servingv1.AIInference) bool {
+	t := resolvedCache(obj).Type
+	return t == servingv1.CachePVC || t == servingv1.CacheNode
 }
 
 // desiredConfig is the loader configuration file, as JSON.
@@ -187,14 +188,20 @@ func desiredConfigMap(obj *servingv1.AIInference, config string, budget loadspec
 	if err != nil {
 		return nil, fmt.Errorf("encoding loader budget: %w", err)
 	}
-	return &corev1.ConfigMap{
+	cm := &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: childMeta(obj, configMapName(obj)),
 		Data: map[string]string{
 			loadspec.ConfigFileName: config,
 			loadspec.BudgetFileName: string(budgetJSON),
 		},
-	}, nil
+	}
+	adapters, err := adapterSetData(obj)
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(cm.Data, adapters)
+	return cm, nil
 }
 
 // desiredCachePVC is the cache claim the operator creates, or nil when the spec does
@@ -422,6 +429,9 @@ func loaderMemoryLimit(obj *servingv1.AIInference) resource.Quantity {
 // initContainers are the loader, then the warm-up gate when it is on.
 func initContainers(obj *servingv1.AIInference, eng engine.Engine, opts Options) []corev1.Container {
 	containers := []corev1.Container{loaderContainer(obj, opts)}
+	if runtimeAdapters(obj) {
+		containers = append(containers, adapterAgentContainer(obj, eng, opts))
+	}
 	if api := warmupAPI(obj, eng); api != "" {
 		containers = append(containers, warmupContainer(obj, eng, opts, api))
 	}
@@ -520,13 +530,14 @@ func engineContainer(obj *servingv1.AIInference, eng engine.Engine) corev1.Conta
 	if image == "" {
 		image = eng.DefaultImage()
 	}
-	args := eng.Args(engine.Params{
+	params := engine.Params{
 		ModelPath:      modelPath(obj),
 		ServedName:     spec.Model.Name,
 		Port:           port,
 		TensorParallel: max(spec.GPU.Count, 1),
-	})
-	args = append(args, spec.Engine.Args...)
+		Adapters:       engineAdapters(obj),
+	}
+	args := append(eng.Args(params), spec.Engine.Args...)
 
 	resources := *spec.Resources.DeepCopy()
 	if spec.GPU.Count > 0 {
@@ -564,7 +575,7 @@ func engineContainer(obj *servingv1.AIInference, eng engine.Engine) corev1.Conta
 		Image:   image,
 		Command: eng.Command(),
 		Args:    args,
-		Env:     engineEnv(spec.Engine.Env),
+		Env:     engineEnv(eng.Env(params), spec.Engine.Env),
 		Ports:   enginePorts(port, eng),
 		// The startup probe gives the engine loading.timeout to warm up once the
 		// loader is done; liveness only starts counting once it has succeeded.
@@ -597,13 +608,13 @@ func engineSecurityContext(obj *servingv1.AIInference) *corev1.SecurityContext {
 // engineEnv points HOME and the caches of the engines' libraries (Hugging Face,
 // torch, Triton kernels) at a writable volume, and names the user, which Python's
 // getpass needs when the UID has no passwd entry. The user's variables win.
-func engineEnv(user []corev1.EnvVar) []corev1.EnvVar {
-	defaults := []corev1.EnvVar{
+func engineEnv(engineDefaults, user []corev1.EnvVar) []corev1.EnvVar {
+	defaults := append([]corev1.EnvVar{
 		{Name: "HOME", Value: engineHome},
 		{Name: "USER", Value: "engine"},
 		{Name: "XDG_CACHE_HOME", Value: engineHome + "/.cache"},
 		{Name: "HF_HOME", Value: engineHome + "/.cache/huggingface"},
-	}
+	}, engineDefaults...)
 	set := map[string]bool{}
 	for _, e := range user {
 		set[e.Name] = true

@@ -56,6 +56,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 	}
 	metricsState.record(obj, &original.Status, &status, s.now)
 	r.recordEvents(obj, &original.Status, s)
+	r.recordAdapterEvents(obj, &original.Status)
 	return nil
 }
 

@@ -131,6 +131,9 @@ type podView struct {
 	// (waiting with CreateContainerConfigError), e.g. `secret "x" not found`;
 	// empty otherwise.
 	ConfigError string
+	// AdapterAgent is true while the pod's adapter agent runs (spec.adapters
+	// on an engine that loads them at run time).
+	AdapterAgent bool
 }
 
 // startFailureReasons are the waiting reasons of a container that will not start
@@ -205,6 +208,8 @@ func observePod(pod *corev1.Pod, templateHash string) podView {
 			observeLoader(&v, cs)
 		case servingv1.WarmupContainerName:
 			observeWarmup(&v, cs)
+		case servingv1.AdapterAgentContainerName:
+			v.AdapterAgent = cs.State.Running != nil
 		}
 	}
 	for _, cs := range pod.Status.ContainerStatuses {

@@ -52,6 +52,9 @@ type observation struct {
 	// modelCache is status.modelCache from the nodes' reports; nil for a model
 	// off the node cache or when the reports are not read.
 	modelCache *servingv1.ModelCacheStatus
+	// adapters is what the pods' adapter agents reported; nil when the step
+	// did not run (no runtime adapters, or the pods were not seen).
+	adapters *adapterView
 }
 
 // problem is a reason and a message a person can act on.
@@ -202,6 +205,7 @@ func computeStatus(obj *servingv1.AIInference, obs observation, loads loadAssess
 		meta.RemoveStatusCondition(&st.Conditions, servingv1.ConditionStalled)
 	}
 	setScalingCondition(&st, obj, obs.autoscale)
+	setAdapterStatus(&st, obj, obs, now)
 	return st
 }
 
