@@ -275,7 +275,7 @@ func (dst *AIInference) ConvertFrom(srcRaw conversion.Hub) error {
 		Updated: st.UpdatedReplicas, LoadBudget: st.LoadBudget.DeepCopy(), RequestedAt: st.LastHandledRequestedAt,
 		Rollout: st.Rollout.DeepCopy(), Autoscaling: st.Autoscaling.DeepCopy(), ModelCache: st.ModelCache.DeepCopy(),
 		Adapters: copyAdapterStatuses(st.Adapters),
-		Reason: st.Reason, Endpoint: st.Endpoint, Serving: st.ServingRevision,
+		Reason:   st.Reason, Endpoint: st.Endpoint, Serving: st.ServingRevision,
 	}
 	if !equality.Semantic.DeepEqual(statusLost, v1StatusFields{}) {
 		lost.Status = &statusLost

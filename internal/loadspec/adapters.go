@@ -46,8 +46,8 @@ type AdapterSet struct {
 	// MaxAttempts bounds the attempts per adapter (loading.maxRetries + 1);
 	// Backoff is the wait after the first failure, doubled for each further
 	// one up to MaxBackoff (loading.backoff).
-	MaxAttempts int      `json:"maxAttempts"`
-	Backoff     Duration `json:"backoff"`
+	MaxAttempts int       `json:"maxAttempts"`
+	Backoff     Duration  `json:"backoff"`
 	Adapters    []Adapter `json:"adapters"`
 }
 
@@ -63,7 +63,7 @@ type Adapter struct {
 // AdapterReport is what the agent answers: the set it works on and where each
 // of its adapters stands in this pod.
 type AdapterReport struct {
-	Revision string          `json:"revision"`
+	Revision string           `json:"revision"`
 	Adapters []AdapterReplica `json:"adapters"`
 }
 

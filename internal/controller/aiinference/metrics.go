@@ -228,7 +228,7 @@ type objectMemory struct {
 	// failure counted of each.
 	adapterServing, adapterFailures map[string]float64
 	adapterFailureSeen              map[string]servingv1.AdapterFailure
-	loadDuration, timeToReady              *histogram         // nil until observed
+	loadDuration, timeToReady       *histogram // nil until observed
 }
 
 // loadFigures is what the metrics take of status.lastLoad.
