@@ -172,9 +172,10 @@ func (a *Agent) Run(ctx context.Context) {
 // that left it, starts the fetches due, and loads what is fetched.
 func (a *Agent) pass(ctx context.Context) {
 	loaded, err := a.engine.loaded(ctx)
-	if err != nil {
+	engineUp := err == nil
+	if !engineUp {
+		// The fetches need no engine: they start while it warms up.
 		a.log.Debug("Cannot list the engine's adapters yet", "error", err.Error())
-		return
 	}
 	a.mu.Lock()
 	var unload []string
@@ -202,6 +203,8 @@ func (a *Agent) pass(ctx context.Context) {
 		case ad.fetched == nil:
 			ad.fetching, ad.state = true, servingv1.AdapterFetching
 			go a.fetchOne(ctx, spec)
+		case !engineUp:
+			// Fetched; loaded once the engine answers.
 		default:
 			stale := ""
 			if isLoaded {
@@ -210,7 +213,7 @@ func (a *Agent) pass(ctx context.Context) {
 			ad.state = servingv1.AdapterLoading
 			loads = append(loads, loadJob{spec.Name, spec.Load.Dest, stale})
 		}
-		if ad.state == servingv1.AdapterLoaded && !isLoaded {
+		if engineUp && ad.state == servingv1.AdapterLoaded && !isLoaded {
 			// The engine lost it (restarted in place): load it again.
 			ad.state = servingv1.AdapterLoading
 			loads = append(loads, loadJob{name: spec.Name, path: spec.Load.Dest})
