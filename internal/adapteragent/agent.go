@@ -206,17 +206,13 @@ func (a *Agent) pass(ctx context.Context) {
 		case !engineUp:
 			// Fetched; loaded once the engine answers.
 		default:
+			// Fetched and not loaded: new, or lost by an engine restarted in place.
 			stale := ""
 			if isLoaded {
 				stale = spec.Name // another revision under the same name
 			}
 			ad.state = servingv1.AdapterLoading
 			loads = append(loads, loadJob{spec.Name, spec.Load.Dest, stale})
-		}
-		if engineUp && ad.state == servingv1.AdapterLoaded && !isLoaded {
-			// The engine lost it (restarted in place): load it again.
-			ad.state = servingv1.AdapterLoading
-			loads = append(loads, loadJob{name: spec.Name, path: spec.Load.Dest})
 		}
 	}
 	a.mu.Unlock()
