@@ -83,3 +83,43 @@ type AdapterFailure struct {
 	// Time the failure was observed.
 	Time metav1.Time `json:"time"`
 }
+
+// NamesCredentials is true when the source names a credentials Secret (S3
+// keys, an HTTP bearer token).
+func (s ModelSource) NamesCredentials() bool {
+	return (s.S3 != nil && s.S3.CredentialsSecretRef != nil) || (s.HTTP != nil && s.HTTP.BearerTokenSecretRef != nil)
+}
+
+// SameCredentials is true when other names the same credentials as s: the
+// same Secret and keys for a source of the same kind, or the same claim. The
+// pods hold the model's credentials only, so an adapter's source is fetched
+// with them only when it names them.
+func (s ModelSource) SameCredentials(other ModelSource) bool {
+	switch {
+	case s.S3 != nil && other.S3 != nil:
+		m, a := s.S3.CredentialsSecretRef, other.S3.CredentialsSecretRef
+		return m != nil && a != nil && m.Name == a.Name && m.AccessKeyID() == a.AccessKeyID() && m.SecretAccessKey() == a.SecretAccessKey()
+	case s.HTTP != nil && other.HTTP != nil:
+		m, a := s.HTTP.BearerTokenSecretRef, other.HTTP.BearerTokenSecretRef
+		return m != nil && a != nil && m.Name == a.Name && m.Key == a.Key
+	case s.PVC != nil && other.PVC != nil:
+		return s.PVC.ClaimName == other.PVC.ClaimName
+	}
+	return false
+}
+
+// AccessKeyID is the Secret key holding the access key ID, with its default.
+func (r *S3CredentialsSecretRef) AccessKeyID() string {
+	if r.AccessKeyIDKey != "" {
+		return r.AccessKeyIDKey
+	}
+	return "AWS_ACCESS_KEY_ID"
+}
+
+// SecretAccessKey is the Secret key holding the secret access key, with its default.
+func (r *S3CredentialsSecretRef) SecretAccessKey() string {
+	if r.SecretAccessKeyKey != "" {
+		return r.SecretAccessKeyKey
+	}
+	return "AWS_SECRET_ACCESS_KEY"
+}

@@ -89,10 +89,10 @@ func invalidCases() []invalidCase {
 			want: []string{"after the base model", "give the adapter another name"}},
 		{name: "adapters on Triton", schema: true, obj: withAdapters(func(o *servingv1.AIInference) { o.Spec.Engine.Type = servingv1.EngineTriton }, "sql"),
 			want: []string{"Triton cannot serve LoRA adapters", "engine.type vLLM", "TGI"}},
-		{name: "adapter with another Secret", schema: true, obj: withAdapters(func(o *servingv1.AIInference) {
+		{name: "adapter with another Secret", obj: withAdapters(func(o *servingv1.AIInference) {
 			o.Spec.Adapters[0].Source.S3.CredentialsSecretRef = &servingv1.S3CredentialsSecretRef{Name: "other"}
 		}, "sql"),
-			want: []string{"may only name the model's credentials Secret", "or none"}},
+			want: []string{"spec.adapters[0].source", "may only name the model's credentials Secret", "or none"}},
 		{name: "adapter on another claim", schema: true, obj: withAdapters(func(o *servingv1.AIInference) {
 			o.Spec.Adapters[0].Source = servingv1.ModelSource{PVC: &servingv1.PVCSource{ClaimName: "adapters"}}
 		}, "sql"),

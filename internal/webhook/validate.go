@@ -246,6 +246,12 @@ func validate(obj *servingv1.AIInference, p paths) (warnings []string, errs fiel
 	}
 
 	errs = append(errs, validateAdapterLimit(s)...)
+	for i, a := range s.Adapters {
+		if a.Source.NamesCredentials() && !s.Model.Source.SameCredentials(a.Source) {
+			errs = append(errs, field.Forbidden(spec.Child("adapters").Index(i).Child("source"),
+				"an adapter's source may only name the model's credentials Secret and keys (the pods hold no other): name the model's, or none (the adapter is then fetched without credentials)"))
+		}
+	}
 
 	// Pod labels and annotations.
 	if pm := s.PodMetadata; pm != nil {

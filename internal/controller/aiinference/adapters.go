@@ -99,7 +99,7 @@ func adapterConfig(obj *servingv1.AIInference, a servingv1.AdapterSpec) loadspec
 		Timeout:        loadspec.Duration{Duration: obj.LoadTimeout()},
 		SHA256Manifest: a.SHA256Manifest,
 		Fsync:          cacheOutlivesPod(obj),
-		Anonymous:      !sameCredentials(obj.Spec.Model.Source, a.Source),
+		Anonymous:      !obj.Spec.Model.Source.SameCredentials(a.Source),
 	}
 	if s3 := a.Source.S3; s3 != nil {
 		cfg.S3 = &loadspec.S3Options{Endpoint: s3.Endpoint, Region: s3.Region, PathStyle: s3.PathStyle}
@@ -118,22 +118,6 @@ func sourceLocation(src servingv1.ModelSource) (source, endpoint string) {
 		return src.HTTP.URL, ""
 	}
 	return "", ""
-}
-
-// sameCredentials is true when an adapter's source names the model's
-// credentials: the same Secret and keys, for a source of the same kind.
-func sameCredentials(model, adapter servingv1.ModelSource) bool {
-	switch {
-	case model.S3 != nil && adapter.S3 != nil:
-		m, a := model.S3.CredentialsSecretRef, adapter.S3.CredentialsSecretRef
-		return m != nil && a != nil && m.Name == a.Name && accessKeyIDKey(m) == accessKeyIDKey(a) && secretAccessKeyKey(m) == secretAccessKeyKey(a)
-	case model.HTTP != nil && adapter.HTTP != nil:
-		m, a := model.HTTP.BearerTokenSecretRef, adapter.HTTP.BearerTokenSecretRef
-		return m != nil && a != nil && m.Name == a.Name && m.Key == a.Key
-	case model.PVC != nil && adapter.PVC != nil:
-		return model.PVC.ClaimName == adapter.PVC.ClaimName
-	}
-	return false
 }
 
 // adapterSet is the set the agents serve: every adapter, and the model's

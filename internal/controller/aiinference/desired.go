@@ -499,28 +499,14 @@ func loaderEnv(obj *servingv1.AIInference) []corev1.EnvVar {
 	case src.S3 != nil && src.S3.CredentialsSecretRef != nil:
 		ref := src.S3.CredentialsSecretRef
 		return []corev1.EnvVar{
-			fromSecret(loadspec.EnvAccessKeyID, ref.Name, accessKeyIDKey(ref)),
-			fromSecret(loadspec.EnvSecretAccessKey, ref.Name, secretAccessKeyKey(ref)),
+			fromSecret(loadspec.EnvAccessKeyID, ref.Name, ref.AccessKeyID()),
+			fromSecret(loadspec.EnvSecretAccessKey, ref.Name, ref.SecretAccessKey()),
 		}
 	case src.HTTP != nil && src.HTTP.BearerTokenSecretRef != nil:
 		ref := src.HTTP.BearerTokenSecretRef
 		return []corev1.EnvVar{fromSecret(loadspec.EnvHTTPBearerToken, ref.Name, ref.Key)}
 	}
 	return nil
-}
-
-func accessKeyIDKey(ref *servingv1.S3CredentialsSecretRef) string {
-	if ref.AccessKeyIDKey != "" {
-		return ref.AccessKeyIDKey
-	}
-	return loadspec.EnvAccessKeyID
-}
-
-func secretAccessKeyKey(ref *servingv1.S3CredentialsSecretRef) string {
-	if ref.SecretAccessKeyKey != "" {
-		return ref.SecretAccessKeyKey
-	}
-	return loadspec.EnvSecretAccessKey
 }
 
 func engineContainer(obj *servingv1.AIInference, eng engine.Engine) corev1.Container {

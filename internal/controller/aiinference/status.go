@@ -335,7 +335,7 @@ func missingSecret(obj *servingv1.AIInference, pods []podView) *problem {
 	switch src := obj.Spec.Model.Source; {
 	case src.S3 != nil && src.S3.CredentialsSecretRef != nil:
 		ref := src.S3.CredentialsSecretRef
-		name, field, keys = ref.Name, "spec.model.source.s3.credentialsSecretRef", []string{accessKeyIDKey(ref), secretAccessKeyKey(ref)}
+		name, field, keys = ref.Name, "spec.model.source.s3.credentialsSecretRef", []string{ref.AccessKeyID(), ref.SecretAccessKey()}
 	case src.HTTP != nil && src.HTTP.BearerTokenSecretRef != nil:
 		ref := src.HTTP.BearerTokenSecretRef
 		name, field, keys = ref.Name, "spec.model.source.http.bearerTokenSecretRef", []string{ref.Key}
