@@ -53,9 +53,9 @@ func TestStatusListsTheAdapters(t *testing.T) {
 	var out strings.Builder
 	writeStatus(&out, statusReport(&view{obj: obj}, at.Time))
 	for _, want := range []string{
-		"ADAPTER    REVISION  SOURCE              SERVING  PODS         LAST FAILURE",
-		"sql-lora   v2        s3://adapters/sql/  2        llm-a,llm-b  -",
-		"chat-lora  -         s3://adapters/chat/ 0        -            SourceNotFound on llm-a, attempt 1, not retried: nothing under s3://adapters/chat/",
+		"ADAPTER    REVISION  SOURCE               SERVING  PODS         LAST FAILURE",
+		"sql-lora   v2        s3://adapters/sql/   2        llm-a,llm-b  -",
+		"chat-lora  -         s3://adapters/chat/  0        -            SourceNotFound on llm-a, attempt 1, not retried: nothing under s3://adapters/chat/",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, out.String())
