@@ -122,6 +122,7 @@ type scope struct {
 // +kubebuilder:rbac:groups="",resources=services;configmaps;persistentvolumeclaims,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
@@ -179,6 +180,9 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 	r.verified.forget(key)
 	r.readyReasons.forget(key)
 	r.autoscaler.forget(key)
+	if r.Activator != nil {
+		r.Activator.Close(key)
+	}
 }
 
 // reconcileSteps reads the spec, observes, and brings each child in line. It
