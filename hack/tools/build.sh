@@ -37,10 +37,19 @@ build() {
 	out="$cache_root/bin/$dir-$version"
 	if [ ! -x "$out/$bin" ]; then
 		mkdir -p "$out"
-		echo "Building $bin $version into $out (first run only; this can take minutes)" >&2
-		# Build to a temporary name and rename, so a killed build never leaves a half binary.
-		(cd "$tools_dir/$dir" && CGO_ENABLED=${cgo:-0} go build -trimpath "$@" -o "$out/.$bin.$$.tmp" "$pkg")
-		mv "$out/.$bin.$$.tmp" "$out/$bin"
+		# One build of a binary at a time: a second caller (another test package,
+		# make tools beside a test) waits for the first and takes its result,
+		# rather than compiling the same packages again beside it.
+		local lock
+		exec {lock}>"$out/.$bin.lock"
+		flock "$lock"
+		if [ ! -x "$out/$bin" ]; then
+			echo "Building $bin $version into $out (first run only; this can take minutes)" >&2
+			# Build to a temporary name and rename, so a killed build never leaves a half binary.
+			(cd "$tools_dir/$dir" && CGO_ENABLED=${cgo:-0} go build -trimpath "$@" -o "$out/.$bin.$$.tmp" "$pkg")
+			mv "$out/.$bin.$$.tmp" "$out/$bin"
+		fi
+		exec {lock}>&-
 	fi
 	echo "$out"
 }

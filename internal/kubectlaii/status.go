@@ -358,12 +358,20 @@ func dash(s string) string {
 // writeRollout shows a canary rollout: where it is, the last analysis run's
 // checks, and the last decisions.
 func writeRollout(out io.Writer, ro *servingv1.RolloutStatus) {
-	fmt.Fprintf(out, "Canary rollout: %s, step %d, canary weight %d%% (%s); stable %s, canary %s\n",
-		ro.Phase, ro.Step+1, ro.Weight, dash(ro.TrafficSplit), dash(ro.StableRevision), ro.CanaryRevision)
+	if ro.Phase == "" {
+		// The canary was superseded (the spec went back to the stable revision, or
+		// no stable replica was left to compare it with): no rollout runs, and its
+		// step, weight and analysis describe nothing that is still there.
+		fmt.Fprintf(out, "Canary rollout: none in progress; stable %s. The canary of revision %s was superseded\n",
+			dash(ro.StableRevision), ro.CanaryRevision)
+	} else {
+		fmt.Fprintf(out, "Canary rollout: %s, step %d, canary weight %d%% (%s); stable %s, canary %s\n",
+			ro.Phase, ro.Step+1, ro.Weight, dash(ro.TrafficSplit), dash(ro.StableRevision), ro.CanaryRevision)
+	}
 	if ro.Message != "" {
 		fmt.Fprintf(out, "  %s\n", ro.Message)
 	}
-	if n := len(ro.Analysis); n > 0 {
+	if n := len(ro.Analysis); n > 0 && ro.Phase != "" {
 		run := ro.Analysis[n-1]
 		fmt.Fprintf(out, "  Last analysis run (%d of this step) at %s: %s\n", n, run.Time.UTC().Format(time.RFC3339), run.Verdict)
 		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)

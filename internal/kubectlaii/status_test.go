@@ -38,3 +38,27 @@ func TestStatusShowsTheAutoscaler(t *testing.T) {
 		}
 	}
 }
+
+// A canary superseded (the spec went back to the stable revision) leaves no
+// rollout running: status says so, with the decision, and shows no phase,
+// step, weight or analysis of a canary that is gone.
+func TestStatusAfterASupersededCanary(t *testing.T) {
+	at := metav1.NewTime(time.Date(2026, 12, 5, 8, 0, 0, 0, time.UTC))
+	obj := &servingv1.AIInference{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "llm"}}
+	obj.Status.Rollout = &servingv1.RolloutStatus{StableRevision: "a1", CanaryRevision: "b2", TrafficSplit: "Gateway",
+		Analysis: []servingv1.AnalysisRun{{Time: at, Verdict: servingv1.VerdictPass}},
+		History: []servingv1.RolloutDecision{
+			{Time: at, Decision: "CanaryStarted", Revision: "b2", Message: "revision b2 starts as a canary"},
+			{Time: at, Decision: "Superseded", Revision: "b2", Message: "the spec is back to the stable revision a1; the canary of b2 is removed"},
+		}}
+	var out strings.Builder
+	writeStatus(&out, statusReport(&view{obj: obj}, at.Time))
+	if want := "Canary rollout: none in progress; stable a1. The canary of revision b2 was superseded"; !strings.Contains(out.String(), want) {
+		t.Errorf("status lacks %q:\n%s", want, out.String())
+	}
+	for _, stale := range []string{"Canary rollout: ,", "canary weight", "Last analysis run"} {
+		if strings.Contains(out.String(), stale) {
+			t.Errorf("status shows %q of a superseded canary:\n%s", stale, out.String())
+		}
+	}
+}

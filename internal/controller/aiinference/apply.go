@@ -240,8 +240,12 @@ func covers(existing, desired client.Object) (covered bool, added [][]string, er
 		return false, nil, err
 	}
 	extra := false
-	for _, path := range kindOf(desired.GetObjectKind().GroupVersionKind().Kind).exactMaps {
+	kind := kindOf(desired.GetObjectKind().GroupVersionKind().Kind)
+	for _, path := range kind.exactMaps {
 		extra = addedKeys(have, want, path, []string{}, &added) || extra
+	}
+	if kind.exactSpec {
+		extra = addedFields(have["spec"], want["spec"], []string{"spec"}, &added) || extra
 	}
 	for _, field := range []string{"spec", "data"} {
 		if !subset(have[field], want[field]) {
@@ -256,6 +260,38 @@ func covers(existing, desired client.Object) (covered bool, added [][]string, er
 		}
 	}
 	return !extra, added, nil
+}
+
+// addedFields tells whether have holds a field that want lacks, at any depth,
+// and appends the paths of those outside lists to added (a merge patch
+// replaces a list whole). at is the path walked so far, nil once inside a list.
+func addedFields(have, want any, at []string, added *[][]string) bool {
+	found := false
+	switch h := have.(type) {
+	case map[string]any:
+		w, _ := want.(map[string]any)
+		for k, v := range h {
+			var next []string
+			if at != nil {
+				next = append(slices.Clone(at), k)
+			}
+			wv, ok := w[k]
+			if !ok {
+				found = true
+				if next != nil {
+					*added = append(*added, next)
+				}
+				continue
+			}
+			found = addedFields(v, wv, next, added) || found
+		}
+	case []any:
+		w, _ := want.([]any)
+		for i := range min(len(h), len(w)) {
+			found = addedFields(h[i], w[i], nil, added) || found
+		}
+	}
+	return found
 }
 
 // addedKeys tells whether the map at path in have holds keys that want's lacks,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -201,7 +200,7 @@ func (r *Reconciler) readSignals(ctx context.Context, s *scope, a *servingv1.Aut
 			ctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
 			defer cancel()
 			url := "http://" + net.JoinHostPort(p.IP, strconv.Itoa(int(port))) + "/metrics"
-			results[i], errs[i] = autoscale.Scrape(ctx, r.scrapeClient(), url, wanted, s.engine.SignalMetrics)
+			results[i], errs[i] = autoscale.Scrape(ctx, url, wanted, s.engine.SignalMetrics)
 		})
 	}
 	wg.Wait()
@@ -216,13 +215,6 @@ func (r *Reconciler) readSignals(ctx context.Context, s *scope, a *servingv1.Aut
 		}
 	}
 	return sums, int32(len(pods)), nil
-}
-
-func (r *Reconciler) scrapeClient() *http.Client {
-	if r.ScrapeClient != nil {
-		return r.ScrapeClient
-	}
-	return http.DefaultClient
 }
 
 // scaleTo moves the count, recording the decision in status.autoscaling.

@@ -132,6 +132,12 @@ type childKind struct {
 	// labels and annotations, the pod template's annotations, where kubectl
 	// rollout restart writes) keep what others add.
 	exactMaps [][]string
+	// exactSpec is true when the operator sets the whole spec, every map and
+	// field in it: a NetworkPolicy's selectors say whom it fences and whom it
+	// lets in, and a key or a selector added by hand anywhere (one more label in
+	// podSelector selects none of the model's pods, leaving them open to all) is
+	// removed. The API server defaults nothing there that the operator leaves unset.
+	exactSpec bool
 	// watched says whether the operator watches the kind; nil: always.
 	watched func(*Reconciler) bool
 }
@@ -166,7 +172,7 @@ var (
 		conflictRank: 6, watched: func(r *Reconciler) bool { return r.served(httpRouteKind) }}
 	networkPolicies = &childKind{kind: "NetworkPolicy", object: func() client.Object { return &networkingv1.NetworkPolicy{} },
 		names:        func(o *servingv1.AIInference) []string { return []string{o.IngressPolicyName(), o.EgressPolicyName()} },
-		conflictRank: 7}
+		conflictRank: 7, exactSpec: true}
 	endpointSlices = &childKind{kind: "EndpointSlice", object: func() client.Object { return &discoveryv1.EndpointSlice{} },
 		names:        func(o *servingv1.AIInference) []string { return []string{o.ActivatorSliceName()} },
 		conflictRank: 8, watched: func(r *Reconciler) bool { return r.Activator != nil }}

@@ -7,7 +7,6 @@ package aiinference
 import (
 	"context"
 	"errors"
-	"net/http"
 	"sync"
 	"time"
 
@@ -66,9 +65,6 @@ type Reconciler struct {
 	Analyzer Analyzer
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
-	// ScrapeClient reads the engines' /metrics for the autoscaler; nil: the
-	// default client.
-	ScrapeClient *http.Client
 	// Activator holds the requests of models at zero; nil: none runs, and no
 	// model goes to zero.
 	Activator Activator

@@ -9,6 +9,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -55,6 +56,41 @@ func TestNetworkPoliciesFollowTheSpec(t *testing.T) {
 		g.Expect(out.Spec.Egress[1].To).To(Equal([]networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.96.0.50/32"}}}))
 		g.Expect(*out.Spec.Egress[1].Ports[0].Port).To(Equal(intstr.FromInt32(9000)))
 	}).WithTimeout(waitTimeout).Should(Succeed())
+
+	// Keys added by hand to the policy's maps change whom it selects and whom it
+	// lets in (one more label in podSelector selects none of the model's pods:
+	// in an enforcing cluster the model is open to all): they are removed.
+	rendered, err := policy("fenced-ingress")
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, hand := range []string{
+		`{"spec":{"podSelector":{"matchLabels":{"nothing":"here"}}}}`,
+		`{"spec":{"podSelector":{"matchExpressions":[{"key":"nothing","operator":"Exists"}]}}}`,
+	} {
+		in, err := policy("fenced-ingress")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(k8s.Patch(ctx, in, client.RawPatch(types.MergePatchType, []byte(hand)))).To(Succeed())
+		g.Eventually(func(g Gomega) {
+			in, err := policy("fenced-ingress")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(in.Spec.PodSelector).To(Equal(rendered.Spec.PodSelector))
+		}).WithTimeout(waitTimeout).Should(Succeed(), "after %s", hand)
+	}
+	in, err := policy("fenced-ingress")
+	g.Expect(err).NotTo(HaveOccurred())
+	in.Spec.Ingress[0].From[0].NamespaceSelector.MatchLabels["also"] = "this"
+	in.Spec.Ingress[0].From[0].PodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"only": "these"}}
+	g.Expect(k8s.Update(ctx, in)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		in, err := policy("fenced-ingress")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(in.Spec.Ingress[0].From[0]).To(Equal(gateway))
+	}).WithTimeout(waitTimeout).Should(Succeed(), "a peer narrowed by hand")
+	settled, err := policy("fenced-ingress")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Consistently(func() string {
+		p, _ := policy("fenced-ingress")
+		return p.ResourceVersion
+	}).WithTimeout(2e9).Should(Equal(settled.ResourceVersion), "put back once, then left alone")
 
 	updateObject(g, key, func(o *servingv1.AIInference) { o.Spec.NetworkPolicy.Enabled = false })
 	g.Eventually(func() bool {
