@@ -17,11 +17,14 @@ import (
 // +kubebuilder:validation:XValidation:rule="self.engine.type != 'TGI' || !has(self.rollout) || !has(self.rollout.canary) || self.rollout.canary.steps.all(s, !has(s.analysis) || s.analysis.checks.all(c, !has(c.metric) || c.metric != 'TimeToFirstToken'))",message="TGI exports no time-to-first-token metric: use metric EndToEndLatency or InterTokenLatency, or a query over tgi_request_queue_duration and tgi_batch_inference_duration, instead of TimeToFirstToken"
 // +kubebuilder:validation:XValidation:rule="self.engine.type != 'Triton' || !has(self.rollout) || !has(self.rollout.canary) || self.rollout.canary.steps.all(s, !has(s.analysis) || s.analysis.checks.all(c, !has(c.metric) || c.metric != 'InterTokenLatency'))",message="Triton exports no inter-token latency metric: use metric TimeToFirstToken or EndToEndLatency, or a query over your backend's own metrics, instead of InterTokenLatency"
 // +kubebuilder:validation:XValidation:rule="!has(self.cache) || self.cache.type != 'Memory' || !has(self.model.size) || quantity(string(self.model.size)).compareTo(quantity('64Gi')) <= 0",message="cache.type Memory keeps the weights in RAM and is only for models up to 64Gi; use cache.type Disk or PVC for a model of this size"
-// +kubebuilder:validation:XValidation:rule="!has(self.cache) || self.cache.type != 'Node' || !has(self.model.source.pvc)",message="cache.type Node keeps a copy of a downloaded model on each node; a model.source.pvc is read in place and has nothing to copy: use cache.type Disk, or an s3 or http source"
+// +kubebuilder:validation:XValidation:rule="!has(self.cache) || self.cache.type != 'Node' || !has(self.model.source.pvc)",message="cache.type Node keeps a copy of a downloaded model on each node; a model.source.pvc is read in place and has nothing to copy: use cache.type Disk, or an s3, http, huggingface or oci source"
+// +kubebuilder:validation:XValidation:rule="!has(self.cache) || !has(self.model.source.oci) || !has(self.model.source.oci.mode) || self.model.source.oci.mode != 'ImageVolume'",message="model.source.oci.mode ImageVolume mounts the artifact from the node's container runtime, which keeps its own copy: no loader runs and spec.cache has nothing to hold; remove spec.cache, or set oci.mode Loader to load into the cache"
 // +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || !has(self.rollout) || self.rollout.strategy != 'Canary'",message="autoscaling and rollout.strategy Canary cannot be combined yet: the canary's share is sized from a fixed replica count; use the Rolling strategy with autoscaling, or remove autoscaling"
 // +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || self.engine.type == 'vLLM' || !has(self.autoscaling.targets.kvCacheUtilization)",message="autoscaling.targets.kvCacheUtilization needs vLLM's vllm:kv_cache_usage_perc; TGI and Triton export no KV-cache utilisation: use queueDepth (or runningRequests with TGI)"
 // +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || self.engine.type != 'Triton' || !has(self.autoscaling.targets.runningRequests)",message="autoscaling.targets.runningRequests: Triton exports no gauge of running requests: use queueDepth (nv_inference_pending_request_count)"
 // +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || self.engine.type != 'Triton' || !has(self.autoscaling.minReplicas) || self.autoscaling.minReplicas >= 1",message="autoscaling.minReplicas 0 needs to know when the model is idle, and Triton exports no gauge of running requests: set minReplicas to 1 or more for Triton"
+// +kubebuilder:validation:XValidation:rule="!has(self.routing) || !self.routing.enabled || self.engine.type != 'Triton'",message="routing.enabled needs an OpenAI API (the router reads the model and the prompt from /v1/completions and /v1/chat/completions bodies), which Triton does not serve: use vLLM or TGI, or leave routing off"
+// +kubebuilder:validation:XValidation:rule="!has(self.routing) || !self.routing.enabled || !has(self.autoscaling) || !has(self.autoscaling.minReplicas) || self.autoscaling.minReplicas >= 1",message="routing.enabled with autoscaling.minReplicas 0 is not supported yet: the operator's activator, which holds the requests of a model at zero, stands where the router would; set autoscaling.minReplicas to 1 or more, or leave routing off"
 type AIInferenceSpec struct {
 	// Model says which model to serve and where its weights are.
 	Model ModelSpec `json:"model"`
@@ -92,6 +95,12 @@ type AIInferenceSpec struct {
 	// where its pods may connect: DNS and the model's store, for the loader.
 	// +optional
 	NetworkPolicy *NetworkPolicySpec `json:"networkPolicy,omitempty"`
+
+	// Routing, when enabled, sends the model's requests through the
+	// operator's router, which picks the replica by prompt prefix and load
+	// instead of round robin. Off by default (see routing.enabled).
+	// +optional
+	Routing *RoutingSpec `json:"routing,omitempty"`
 }
 
 // PodMetadata are extra labels and annotations for the pods.
@@ -131,7 +140,7 @@ type ModelSpec struct {
 }
 
 // ModelSource is exactly one place to fetch the weights from.
-// +kubebuilder:validation:XValidation:rule="(has(self.s3) ? 1 : 0) + (has(self.pvc) ? 1 : 0) + (has(self.http) ? 1 : 0) == 1",message="model.source must set exactly one of s3, pvc or http"
+// +kubebuilder:validation:XValidation:rule="(has(self.s3) ? 1 : 0) + (has(self.pvc) ? 1 : 0) + (has(self.http) ? 1 : 0) + (has(self.huggingface) ? 1 : 0) + (has(self.oci) ? 1 : 0) == 1",message="model.source must set exactly one of s3, pvc, http, huggingface or oci"
 type ModelSource struct {
 	// S3 is an S3 bucket and key prefix (AWS S3, MinIO or any S3-compatible store).
 	// +optional
@@ -144,6 +153,14 @@ type ModelSource struct {
 	// HTTP is a URL the weights are downloaded from.
 	// +optional
 	HTTP *HTTPSource `json:"http,omitempty"`
+
+	// HuggingFace is a model repository on the Hugging Face Hub.
+	// +optional
+	HuggingFace *HuggingFaceSource `json:"huggingface,omitempty"`
+
+	// OCI is a model stored as an OCI artifact or image in a registry.
+	// +optional
+	OCI *OCISource `json:"oci,omitempty"`
 }
 
 // S3Source is a prefix in an S3-compatible bucket.
@@ -539,6 +556,11 @@ type AIInferenceStatus struct {
 	// Autoscaling is the autoscaler's view (spec.autoscaling).
 	// +optional
 	Autoscaling *AutoscalingStatus `json:"autoscaling,omitempty"`
+
+	// Source is what the model's source resolved to: the Hugging Face commit,
+	// the OCI digest, and how an OCI model reaches the pods.
+	// +optional
+	Source *SourceStatus `json:"source,omitempty"`
 
 	// ModelCache is where the nodes' model cache holds copies of the model
 	// (cache.type Node). Left out when the operator cannot read the nodes'

@@ -48,3 +48,36 @@ func (in *AIInference) NameProblem() string {
 	gatewayCanary := in.Spec.Rollout != nil && in.Spec.Rollout.Canary != nil && in.Spec.Rollout.Canary.Traffic != nil
 	return NameProblem(in.Name, gatewayCanary)
 }
+
+// The children's names: deterministic, so that a restarted operator finds what
+// it made and kubectl aii looks at the same objects.
+
+// ServiceName names the model's Service, and the Deployment of its (stable) pods.
+func (in *AIInference) ServiceName() string { return in.Name }
+
+// LoaderConfigMapName names the loader's configuration of the (stable) pods.
+func (in *AIInference) LoaderConfigMapName() string { return in.Name + "-loader" }
+
+// CanaryName names a canary rollout's Deployment.
+func (in *AIInference) CanaryName() string { return in.Name + "-canary" }
+
+// CanaryLoaderConfigMapName names the loader's configuration of the canary's pods.
+func (in *AIInference) CanaryLoaderConfigMapName() string { return in.Name + "-canary-loader" }
+
+// CachePVCName names the cache claim the operator makes (spec.cache.type PVC
+// without a claimName).
+func (in *AIInference) CachePVCName() string { return in.Name + "-model-cache" }
+
+// StableBackendName and CanaryBackendName name the backends of canary Gateway
+// traffic (Services or InferencePools); HTTPRouteName its route.
+func (in *AIInference) StableBackendName() string { return in.Name + "-stable" }
+func (in *AIInference) CanaryBackendName() string { return in.Name + "-canary" }
+func (in *AIInference) HTTPRouteName() string     { return in.Name }
+
+// IngressPolicyName and EgressPolicyName name the model pods' NetworkPolicies.
+func (in *AIInference) IngressPolicyName() string { return in.Name + "-ingress" }
+func (in *AIInference) EgressPolicyName() string  { return in.Name + "-egress" }
+
+// ActivatorSliceName names the EndpointSlice that leads the model's Service to
+// the activator while the model is at zero.
+func (in *AIInference) ActivatorSliceName() string { return in.Name + "-activator" }

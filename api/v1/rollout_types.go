@@ -437,6 +437,29 @@ type CheckResult struct {
 	Message string `json:"message,omitempty"`
 }
 
+// Rollout decisions, recorded in status.rollout.history and as events.
+const (
+	DecisionCanaryStarted  = "CanaryStarted"
+	DecisionStepStarted    = "StepStarted"
+	DecisionAnalysisPassed = "AnalysisPassed"
+	DecisionPauseEnded     = "PauseEnded"
+	DecisionPaused         = "Paused"
+	DecisionResumed        = "Resumed"
+	DecisionPromotedStep   = "StepPromoted"
+	DecisionInconclusive   = "Inconclusive"
+	DecisionPromoting      = "Promoting"
+	DecisionPromoted       = "Promoted"
+	DecisionRolledBack     = "RolledBack"
+	DecisionAborted        = "Aborted"
+	DecisionSuperseded     = "Superseded"
+)
+
+// IsWarningDecision is true for the decisions that need a person's attention:
+// their events are Warnings.
+func IsWarningDecision(decision string) bool {
+	return decision == DecisionRolledBack || decision == DecisionAborted || decision == DecisionInconclusive
+}
+
 // RolloutDecision is a decision the rollout took.
 type RolloutDecision struct {
 	// Time of the decision.

@@ -62,6 +62,7 @@ type v1Fields struct {
 	Rollout          *servingv1.RolloutSpec        `json:"rollout,omitempty"`
 	Autoscaling      *servingv1.AutoscalingSpec    `json:"autoscaling,omitempty"`
 	NetworkPolicy    *servingv1.NetworkPolicySpec  `json:"networkPolicy,omitempty"`
+	Routing          *servingv1.RoutingSpec        `json:"routing,omitempty"`
 	Status           *v1StatusFields               `json:"status,omitempty"`
 }
 
@@ -79,6 +80,7 @@ type v1StatusFields struct {
 	Rollout     *servingv1.RolloutStatus     `json:"rollout,omitempty"`
 	Autoscaling *servingv1.AutoscalingStatus `json:"autoscaling,omitempty"`
 	ModelCache  *servingv1.ModelCacheStatus  `json:"modelCache,omitempty"`
+	Source      *servingv1.SourceStatus      `json:"source,omitempty"`
 	Reason      string                       `json:"reason,omitempty"`
 	Endpoint    string                       `json:"endpoint,omitempty"`
 	Serving     string                       `json:"servingRevision,omitempty"`
@@ -157,6 +159,7 @@ func (src *AIInference) ConvertTo(dstRaw conversion.Hub) error {
 	dst.Spec.Rollout = saved.Rollout.DeepCopy()
 	dst.Spec.Autoscaling = saved.Autoscaling.DeepCopy()
 	dst.Spec.NetworkPolicy = saved.NetworkPolicy.DeepCopy()
+	dst.Spec.Routing = saved.Routing.DeepCopy()
 	if len(dst.Spec.ImagePullSecrets) == 0 {
 		dst.Spec.ImagePullSecrets = nil
 	}
@@ -183,6 +186,7 @@ func (src *AIInference) ConvertTo(dstRaw conversion.Hub) error {
 		dst.Status.Rollout = ss.Rollout.DeepCopy()
 		dst.Status.Autoscaling = ss.Autoscaling.DeepCopy()
 		dst.Status.ModelCache = ss.ModelCache.DeepCopy()
+		dst.Status.Source = ss.Source.DeepCopy()
 		dst.Status.Reason, dst.Status.Endpoint, dst.Status.ServingRevision = ss.Reason, ss.Endpoint, ss.Serving
 	}
 	return nil
@@ -219,6 +223,7 @@ func (dst *AIInference) ConvertFrom(srcRaw conversion.Hub) error {
 		Rollout:          s.Rollout.DeepCopy(),
 		Autoscaling:      s.Autoscaling.DeepCopy(),
 		NetworkPolicy:    s.NetworkPolicy.DeepCopy(),
+		Routing:          s.Routing.DeepCopy(),
 	}
 	if !equality.Semantic.DeepEqual(sourceFromLocation(loc), s.Model.Source) {
 		lost.Source = s.Model.Source.DeepCopy()
@@ -269,7 +274,7 @@ func (dst *AIInference) ConvertFrom(srcRaw conversion.Hub) error {
 		LastLoad: st.LastLoad.DeepCopy(), LastFailure: st.LastFailure.DeepCopy(),
 		Updated: st.UpdatedReplicas, LoadBudget: st.LoadBudget.DeepCopy(), RequestedAt: st.LastHandledRequestedAt,
 		Rollout: st.Rollout.DeepCopy(), Autoscaling: st.Autoscaling.DeepCopy(), ModelCache: st.ModelCache.DeepCopy(),
-		Reason: st.Reason, Endpoint: st.Endpoint, Serving: st.ServingRevision,
+		Source: st.Source.DeepCopy(), Reason: st.Reason, Endpoint: st.Endpoint, Serving: st.ServingRevision,
 	}
 	if !equality.Semantic.DeepEqual(statusLost, v1StatusFields{}) {
 		lost.Status = &statusLost

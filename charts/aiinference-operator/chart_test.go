@@ -17,9 +17,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/aiinference/operator/internal/nodecache"
-	"github.com/aiinference/operator/internal/testutil"
+	"github.com/aiinference/operator/internal/nodecachespec"
 	"github.com/aiinference/operator/internal/version"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 func tools(t *testing.T) (helm, kubectl, root string) {
@@ -231,6 +231,39 @@ func kustomizeDefaultWith(t *testing.T, kubectl, root string, components ...stri
 	return built
 }
 
+// TestChartMatchesKustomizeWithRouter: with router.enabled, the chart gives
+// config/default's objects with config/router added, and its router runs the
+// image of this version; off by default.
+func TestChartMatchesKustomizeWithRouter(t *testing.T) {
+	helm, kubectl, root := tools(t)
+	chartDir := filepath.Join(root, "charts", "aiinference-operator")
+	rendered, err := run(t, helm, "template", "aiinference", chartDir, "--namespace", "aiinference-system", "--set", "router.enabled=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chart, kustomize := objects(t, rendered), objects(t, kustomizeDefaultWith(t, kubectl, root, "router"))
+	delete(kustomize, "Namespace <nil>/aiinference-system")
+	delete(chart["CustomResourceDefinition <nil>/aiinferences.serving.aiinference.io"]["metadata"].(map[string]any)["annotations"].(map[string]any), "helm.sh/resource-policy")
+	router := chart["Deployment aiinference-system/aiinference-router"]
+	if router == nil {
+		t.Fatal("the chart renders no Deployment aiinference-system/aiinference-router")
+	}
+	container := router["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+	if container["image"] != version.RouterImage() {
+		t.Errorf("the router's image is %v, want %s", container["image"], version.RouterImage())
+	}
+	if diff := cmp.Diff(kustomize, chart); diff != "" {
+		t.Errorf("config/default with config/router (-) and the chart with router.enabled (+) differ:\n%s", diff)
+	}
+	defaults, err := run(t, helm, "template", "aiinference", chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(defaults, "aiinference-router") {
+		t.Error("the chart renders the router by default")
+	}
+}
+
 // TestChartMatchesKustomizeWithPrometheus: with the metrics Service,
 // ServiceMonitor, PodMonitor and PrometheusRule on, the chart gives
 // config/default's objects with config/prometheus added: the same scrapes and the
@@ -401,8 +434,8 @@ func TestChartModelCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	objs := objects(t, on)
-	if objs["CSIDriver <nil>/"+nodecache.DriverName] == nil {
-		t.Errorf("no CSIDriver %s", nodecache.DriverName)
+	if objs["CSIDriver <nil>/"+nodecachespec.DriverName] == nil {
+		t.Errorf("no CSIDriver %s", nodecachespec.DriverName)
 	}
 	if objs["PodMonitor ops/aiinference-model-cache"] == nil {
 		t.Error("no PodMonitor for the cache's metrics")

@@ -24,7 +24,7 @@ import (
 	"syscall"
 
 	"github.com/aiinference/operator/internal/loadspec"
-	"github.com/aiinference/operator/internal/localcluster"
+	"github.com/aiinference/operator/test/localcluster"
 )
 
 const usage = `Usage: localcluster COMMAND [flags]

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/aiinference/operator/internal/localcluster"
+	"github.com/aiinference/operator/test/localcluster"
 )
 
 // The command as a user runs it: up (detached), up again, status, kubeconfig,

@@ -49,7 +49,7 @@ func TestRenderCoversTheSchema(t *testing.T) {
 		"- **`bucket`** (string, required, 3 to 63 characters)",
 		"- **`maxRetries`** (integer (int32), default `3`, 0 to 100)",
 		"- **`type`** (string, required, one of `vLLM`, `TGI`, `Triton`)",
-		"“model.source must set exactly one of s3, pvc or http”",
+		"“model.source must set exactly one of s3, pvc, http, huggingface or oci”",
 		"A Kubernetes `core/v1 Toleration`",
 		"(duration, e.g. `30s`, default `\"30m\"`)",
 		"[`.spec.rollout.canary.steps[]`](#v1-specrolloutcanarysteps)",

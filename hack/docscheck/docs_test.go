@@ -22,6 +22,7 @@ import (
 	"github.com/aiinference/operator/internal/kubectlaii"
 	"github.com/aiinference/operator/internal/loader"
 	"github.com/aiinference/operator/internal/reasons"
+	"github.com/aiinference/operator/internal/router"
 	"github.com/aiinference/operator/internal/warmup"
 )
 
@@ -96,6 +97,7 @@ var (
 		"model-loader": regexp.MustCompile(`\bmodel-loader\b( .*)`),
 		"warmup":       regexp.MustCompile(`\bmodel-loader warmup\b(.*)`),
 		"kubectl-aii":  regexp.MustCompile(`\bkubectl[ -]aii\b(.*)`),
+		"router":       regexp.MustCompile(`(?:bin/router|cmd/router|^router)\b(.*)`),
 	}
 	pascal = regexp.MustCompile(`^[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*$`)
 )
@@ -130,6 +132,9 @@ func ourFlags(t *testing.T) map[string][]string {
 	buf.Reset()
 	warmup.Main([]string{"-h"}, &buf)
 	flags["warmup"] = flagsOfUsage(buf.String())
+	buf.Reset()
+	router.Main([]string{"-h"}, &buf)
+	flags["router"] = flagsOfUsage(buf.String())
 
 	var aii []string
 	var walk func(c *cobra.Command)
@@ -182,7 +187,7 @@ func TestDocsNameRealFlags(t *testing.T) {
 		for _, line := range code {
 			line = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "$ "))
 			checked := false
-			for _, bin := range []string{"warmup", "model-loader", "manager", "kubectl-aii"} {
+			for _, bin := range []string{"warmup", "model-loader", "manager", "kubectl-aii", "router"} {
 				m := invocations[bin].FindStringSubmatch(line)
 				if m == nil {
 					continue
@@ -212,7 +217,7 @@ func checkAlone(t *testing.T, path, text string, ours []string) {
 	t.Helper()
 	for _, f := range flagRef.FindAllStringSubmatch(text, -1) {
 		if _, ok := externalFlags[f[1]]; !ok && !hasFlag(ours, f[1]) {
-			t.Errorf("%s: --%s is no flag of manager, model-loader or kubectl aii (in %q); if it is another program's, add it to externalFlags", path, f[1], strings.TrimSpace(f[0]))
+			t.Errorf("%s: --%s is no flag of manager, model-loader, router or kubectl aii (in %q); if it is another program's, add it to externalFlags", path, f[1], strings.TrimSpace(f[0]))
 		}
 	}
 }

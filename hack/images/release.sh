@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# `make images`: the operator's and the model loader's images for linux/amd64 and
+# `make images`: the operator's, the model loader's and the router's images for linux/amd64 and
 # linux/arm64, with no Docker daemon and no registry: static binaries on a base
 # built here (CA certificates from Debian's ca-certificates package, a non-root
 # user), each image as an OCI layout, a tar of it and one docker tarball per
 # platform, with an SPDX SBOM per image and platform (hack/images/release.go).
-# Both images are tagged with the version `manager --version` prints.
+# The images are tagged with the version `manager --version` prints.
 #
 # Usage: hack/images/release.sh [OUT]   (default bin/images)
 # Reproducible: the same sources give the same digests (SOURCE_DATE_EPOCH, default 0).
@@ -36,7 +36,7 @@ fi
 bins="$out/bin"
 for platform in $platforms; do
 	goos=${platform%/*} goarch=${platform#*/}
-	for cmd in manager model-loader; do
+	for cmd in manager model-loader router; do
 		(cd "$root" && CGO_ENABLED=0 GOOS=$goos GOARCH=$goarch go build -trimpath -buildvcs=false -ldflags "-s -w" \
 			-o "$bins/$goos-$goarch/$cmd" "./cmd/$cmd")
 	done
@@ -44,11 +44,13 @@ done
 
 host="$(go env GOOS)-$(go env GOARCH)"
 version=$("$bins/$host/manager" --version)
-[ "$("$bins/$host/model-loader" --version)" = "$version" ] || { echo "release.sh: manager and model-loader disagree on the version" >&2; exit 1; }
+for cmd in model-loader router; do
+	[ "$("$bins/$host/$cmd" --version)" = "$version" ] || { echo "release.sh: manager and $cmd disagree on the version" >&2; exit 1; }
+done
 
 writer="$out/.image-writer"
 (cd "$root/hack/images" && CGO_ENABLED=0 go build -trimpath -o "$writer" .)
-for image in operator:manager model-loader:model-loader; do
+for image in operator:manager model-loader:model-loader router:router; do
 	name=${image%%:*} cmd=${image#*:}
 	args=()
 	for platform in $platforms; do args+=(--binary "$platform=$bins/${platform/\//-}/$cmd"); done

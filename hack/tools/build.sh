@@ -5,14 +5,15 @@
 # A binary already in the cache is reused, so only the first run pays the build.
 #
 # Usage: hack/tools/build.sh GROUP...
-#   groups: envtest cluster s3 rclone node node-packages sim images promtool helm traefik keda netpol kube-network-policies all
+#   groups: envtest cluster s3 rclone registry node node-packages sim images promtool helm traefik keda netpol kube-network-policies all
 #   node: kubelet, kube-proxy, containerd, runc and CNI plugins of a real node;
 #   node-packages: only the Debian packages a real node needs (apt-get, as root);
 #   sim: llm-d-inference-sim; images: the real node's image tarballs (pause,
-#   model-loader, llm-d-inference-sim) for `ctr images import`; promtool: Debian's
+#   model-loader, llm-d-inference-sim, router) for `ctr images import`; promtool: Debian's
 #   prometheus package (promtool checks metric names and unit-tests the alerts);
 #   traefik: the local cluster's Gateway API data plane (docs/gateway.md);
-#   keda: KEDA's operator, run on the host by the bring-your-own autoscaler test.
+#   keda: KEDA's operator, run on the host by the bring-your-own autoscaler test;
+#   registry: a real OCI registry (distribution), for the oci model source's tests.
 # Prints the folder of the last group built, e.g. for KUBEBUILDER_ASSETS.
 # AIINFERENCE_CACHE overrides the cache root (default ~/.cache/aiinference-operator).
 set -euo pipefail
@@ -97,6 +98,11 @@ cluster() {
 
 s3() { build versitygw github.com/versity/versitygw github.com/versity/versitygw/cmd/versitygw versitygw; }
 rclone() { build rclone github.com/rclone/rclone github.com/rclone/rclone rclone; }
+# registry: the reference OCI registry (distribution's cmd/registry), which the
+# oci model source's tests and the local cluster's real node pull from.
+registry() {
+	build distribution github.com/distribution/distribution/v3 github.com/distribution/distribution/v3/cmd/registry registry
+}
 
 # apt_install WHAT PACKAGE...: install Debian packages that WHAT needs (as root).
 apt_install() {
@@ -173,7 +179,7 @@ image() {
 }
 
 images() {
-	local sim_bin images_src work pause loader engine dir
+	local sim_bin images_src work pause loader engine router dir
 	sim_bin=$(sim)/llm-d-inference-sim
 	images_src=$(cd "$tools_dir/../images" && pwd)
 	work=$(mktemp -d)
@@ -181,14 +187,17 @@ images() {
 	trap "rm -rf '$work'" EXIT
 	(cd "$images_src" && CGO_ENABLED=0 go build -trimpath -o "$work/pause" ./pause)
 	(cd "$tools_dir/../.." && CGO_ENABLED=0 go build -trimpath -o "$work/model-loader" ./cmd/model-loader)
+	(cd "$tools_dir/../.." && CGO_ENABLED=0 go build -trimpath -o "$work/router" ./cmd/router)
 	pause=$(image pause "$work/pause" 65535:65535)
 	loader=$(image model-loader "$work/model-loader" 65532:65532)
 	engine=$(image llm-d-inference-sim "$sim_bin" 65532:65532 "$sim_version-")
-	dir="$cache_root/images/set-$(basename "$pause" .tar)-$(basename "$loader" .tar)-$(basename "$engine" .tar)"
+	router=$(image router "$work/router" 65532:65532)
+	dir="$cache_root/images/set-$(basename "$pause" .tar)-$(basename "$loader" .tar)-$(basename "$engine" .tar)-$(basename "$router" .tar)"
 	mkdir -p "$dir"
 	ln -sfn "$pause" "$dir/pause.tar"
 	ln -sfn "$loader" "$dir/model-loader.tar"
 	ln -sfn "$engine" "$dir/llm-d-inference-sim.tar"
+	ln -sfn "$router" "$dir/router.tar"
 	echo "$dir"
 }
 
@@ -248,7 +257,7 @@ promtool_dir() {
 [ $# -gt 0 ] || { sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 for group in "$@"; do
 	case "$group" in
-	envtest | cluster | s3 | rclone | node | sim | images) last=$("$group") ;;
+	envtest | cluster | s3 | rclone | registry | node | sim | images) last=$("$group") ;;
 	promtool) last=$(promtool_dir) ;;
 	node-packages) node_packages; last="" ;;
 	helm) last=$(helm_tool) ;;
@@ -256,7 +265,7 @@ for group in "$@"; do
 	netpol) last=$(netpol_tool) ;;
 	kube-network-policies) last=$(kube_network_policies_tool) ;;
 	keda) last=$(keda_tool) ;;
-	all) cluster >/dev/null; s3 >/dev/null; rclone >/dev/null; node >/dev/null; last=$(images) ;;
+	all) cluster >/dev/null; s3 >/dev/null; rclone >/dev/null; registry >/dev/null; node >/dev/null; last=$(images) ;;
 	*) echo "build.sh: unknown group $group" >&2; exit 2 ;;
 	esac
 done

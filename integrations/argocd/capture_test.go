@@ -33,7 +33,7 @@ import (
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/loadspec"
 	"github.com/aiinference/operator/internal/manager"
-	"github.com/aiinference/operator/internal/testutil"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 // The testdata are objects the operator made, not written by hand: with

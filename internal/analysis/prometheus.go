@@ -18,6 +18,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/common/model"
+
+	"github.com/aiinference/operator/internal/outbound"
 )
 
 // QueryTimeout bounds each query, on the wire and in Prometheus's evaluation.
@@ -90,26 +92,6 @@ func NewPrometheus(rawURL string, source URLSource) (*Prometheus, error) {
 	return &Prometheus{endpoint: u.String(), source: source, timeout: QueryTimeout}, nil
 }
 
-// client sends the queries of every Prometheus. It carries no credential of the
-// operator's: no Authorization header (the operator's service-account token is
-// used by its Kubernetes client alone), no client certificate, no cookie jar.
-// It follows no redirect: a redirect would send the query on to wherever the
-// answer points, and its answer is shown as its status code. Proxies are the
-// environment's, as for any egress of the operator.
-var client = &http.Client{
-	Transport: &http.Transport{
-		Proxy:                  http.ProxyFromEnvironment,
-		DialContext:            (&net.Dialer{Timeout: QueryTimeout, KeepAlive: 30 * time.Second}).DialContext,
-		TLSClientConfig:        &tls.Config{MinVersion: tls.VersionTLS12},
-		TLSHandshakeTimeout:    QueryTimeout,
-		ForceAttemptHTTP2:      true,
-		MaxIdleConns:           20,
-		IdleConnTimeout:        90 * time.Second,
-		MaxResponseHeaderBytes: 64 << 10,
-	},
-	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-}
-
 // Query implements Querier. Prometheus's warnings are dropped: a query that
 // warns still has an answer to judge. Every error is a *QueryError.
 func (p *Prometheus) Query(ctx context.Context, query string, ts time.Time) (model.Value, error) {
@@ -147,7 +129,7 @@ func (p *Prometheus) send(ctx context.Context, method string, form url.Values) (
 		return 0, nil, p.notSent(err)
 	}
 	req.Header.Set("Accept", "application/json")
-	resp, err := client.Do(req)
+	resp, err := outbound.Client.Do(req)
 	if err != nil {
 		return 0, nil, p.notSent(err)
 	}

@@ -12,7 +12,7 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/analysis"
-	"github.com/aiinference/operator/internal/analysis/analysistest"
+	"github.com/aiinference/operator/test/analysistest"
 )
 
 // The step the real-component test judges with: every built-in check and one

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/outbound"
 )
 
 // Signals are the signal values of one pod, or their sums over pods.
@@ -59,14 +60,18 @@ const maxMetricsBytes = 4 << 20
 
 // Scrape reads the wanted signals from one pod's /metrics. metrics names, per
 // signal, the gauges that carry it (the first one present counts); a gauge's
-// series are summed (vLLM labels them by model). A signal missing, NaN or
+// series are summed (vLLM labels them by model). An answer other than 200 is
+// an error that says its status code alone. A signal missing, NaN or
 // infinite is an error: the caller must not scale on it.
-func Scrape(ctx context.Context, c *http.Client, url string, wanted []servingv1.AutoscalingSignal, metrics func(servingv1.AutoscalingSignal) []string) (Signals, error) {
+func Scrape(ctx context.Context, url string, wanted []servingv1.AutoscalingSignal, metrics func(servingv1.AutoscalingSignal) []string) (Signals, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.Do(req)
+	// The pod is the user's: its answer may point anywhere (a redirect is not
+	// followed) and hold anything (none of it goes into an error, which the
+	// caller shows in status).
+	resp, err := outbound.Client.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +82,7 @@ func Scrape(ctx context.Context, c *http.Client, url string, wanted []servingv1.
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(io.LimitReader(resp.Body, maxMetricsBytes))
 	if err != nil {
-		return nil, fmt.Errorf("GET %s: not Prometheus text: %w", url, err)
+		return nil, fmt.Errorf("GET %s: the answer is not Prometheus text", url)
 	}
 	out := Signals{}
 	for _, s := range wanted {

@@ -2,9 +2,11 @@ package autoscale
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,14 +114,50 @@ vllm:kv_cache_usage_perc{model_name="a"} 0.5
 	}))
 	defer srv.Close()
 	wanted := []servingv1.AutoscalingSignal{servingv1.SignalQueueDepth, servingv1.SignalKVCacheUtilization}
-	got, err := Scrape(context.Background(), srv.Client(), srv.URL+"/ok", wanted, vllm.SignalMetrics)
+	got, err := Scrape(context.Background(), srv.URL+"/ok", wanted, vllm.SignalMetrics)
 	if err != nil || got[servingv1.SignalQueueDepth] != 5 || got[servingv1.SignalKVCacheUtilization] != 0.5 {
 		t.Fatalf("got %v, %v; want the sum of the model series: 5 waiting, 0.5 KV cache", got, err)
 	}
 	for path, want := range map[string]string{"/nan": "reads NaN", "/missing": "exports no QueueDepth (looked for vllm:num_requests_waiting)",
 		"/html": "not Prometheus text", "/down": "answered HTTP 503"} {
-		if _, err := Scrape(context.Background(), srv.Client(), srv.URL+path, wanted, vllm.SignalMetrics); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := Scrape(context.Background(), srv.URL+path, wanted, vllm.SignalMetrics); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v, want an error saying %q", path, err, want)
 		}
+	}
+}
+
+// The engine's pod is the user's. A /metrics that redirects (to an address the
+// operator can reach and the user cannot, or to a target that reads a long
+// queue) is not followed; an answer that is not Prometheus text is not quoted
+// in the error, which goes into status. Nothing of the operator's is sent.
+func TestScrapeTrustsNothingOfTheAnswer(t *testing.T) {
+	vllm, _ := engine.For(servingv1.EngineVLLM)
+	var reached atomic.Int32
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		reached.Add(1)
+		_, _ = io.WriteString(w, "vllm:num_requests_waiting 100\nvllm:kv_cache_usage_perc 0.1\nTOPSECRET internal data\n")
+	}))
+	defer target.Close()
+	var sent http.Header
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sent = r.Header.Clone()
+		if r.URL.Path == "/metrics" {
+			http.Redirect(w, r, target.URL+"/metrics", http.StatusFound)
+			return
+		}
+		_, _ = io.WriteString(w, "TOPSECRET internal data\n")
+	}))
+	defer engine.Close()
+	wanted := []servingv1.AutoscalingSignal{servingv1.SignalQueueDepth}
+	_, err := Scrape(context.Background(), engine.URL+"/metrics", wanted, vllm.SignalMetrics)
+	if err == nil || !strings.Contains(err.Error(), "answered HTTP 302") || reached.Load() != 0 {
+		t.Errorf("a redirect: got %v, the target reached %d times", err, reached.Load())
+	}
+	if sent.Get("Authorization") != "" || sent.Get("Cookie") != "" {
+		t.Errorf("sent credentials: %v", sent)
+	}
+	_, err = Scrape(context.Background(), engine.URL+"/other", wanted, vllm.SignalMetrics)
+	if err == nil || strings.Contains(err.Error(), "TOPSECRET") {
+		t.Errorf("an answer that is not Prometheus text: %v", err)
 	}
 }

@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
-	"github.com/aiinference/operator/internal/testutil"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 // clock is a time that moves on by a millisecond at each reading, so that two

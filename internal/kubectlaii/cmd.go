@@ -146,7 +146,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		return e.cache()
 	}
 
-	root.AddCommand(status, why, trace, logs, cache)
+	root.AddCommand(status, why, trace, logs, cache, pushCommand())
 	return root
 }
 

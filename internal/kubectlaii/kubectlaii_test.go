@@ -24,7 +24,7 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/reasons"
-	"github.com/aiinference/operator/internal/testutil"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 // The plugin reads only what the API server holds, so these tests run it against
@@ -335,7 +335,7 @@ func TestEveryReasonHasAnAnswer(t *testing.T) {
 		setup(t, inference(ns, name), servingv1.AIInferenceStatus{Phase: servingv1.PhasePending, Conditions: ready(x.Reason, "message of "+x.Reason)})
 		out := aii(t, "why", name, "-n", ns)
 		expectAll(t, out, "reason "+x.Reason, "message of "+x.Reason, "What it means: "+x.Meaning)
-		if x.Problem && strings.Contains(out, "What to do:    -") {
+		if x.Warning && strings.Contains(out, "What to do:    -") {
 			t.Errorf("%s: why gives no fix", x.Reason)
 		}
 	}

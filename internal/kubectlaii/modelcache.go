@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/nodecache"
+	"github.com/aiinference/operator/internal/nodecachespec"
 	"github.com/aiinference/operator/internal/units"
 )
 
@@ -61,26 +61,26 @@ type PodCopyReport struct {
 }
 
 // reportsPermission is what reading the nodes' reports takes.
-const reportsPermission = "list configmaps in all namespaces (the nodes' model cache reports, labelled " + nodecache.StateLabel + ")"
+const reportsPermission = "list configmaps in all namespaces (the nodes' model cache reports, labelled " + nodecachespec.StateLabel + ")"
 
 // readNodeReports reads every node's model cache report with the user's own
 // permissions, sorted by node; a report that cannot be decoded is left out.
-func (e *env) readNodeReports() ([]nodecache.Report, error) {
+func (e *env) readNodeReports() ([]nodecachespec.Report, error) {
 	cms := &corev1.ConfigMapList{}
-	if err := e.c.List(e.ctx, cms, client.HasLabels{nodecache.StateLabel}); err != nil {
+	if err := e.c.List(e.ctx, cms, client.HasLabels{nodecachespec.StateLabel}); err != nil {
 		if apierrors.IsForbidden(err) {
 			return nil, fmt.Errorf("you may not %s: %w", reportsPermission, err)
 		}
 		return nil, fmt.Errorf("listing the nodes' model cache reports: %w", err)
 	}
-	var reports []nodecache.Report
+	var reports []nodecachespec.Report
 	for _, cm := range cms.Items {
-		var rep nodecache.Report
-		if json.Unmarshal([]byte(cm.Data[nodecache.StateKey]), &rep) == nil && rep.Node != "" {
+		var rep nodecachespec.Report
+		if json.Unmarshal([]byte(cm.Data[nodecachespec.StateKey]), &rep) == nil && rep.Node != "" {
 			reports = append(reports, rep)
 		}
 	}
-	slices.SortFunc(reports, func(a, b nodecache.Report) int { return cmp.Compare(a.Node, b.Node) })
+	slices.SortFunc(reports, func(a, b nodecachespec.Report) int { return cmp.Compare(a.Node, b.Node) })
 	return reports, nil
 }
 
@@ -130,7 +130,7 @@ func modelCacheReport(v *view, now time.Time) *ModelCacheReport {
 	return r
 }
 
-func copyOf(node string, e nodecache.Entry, now time.Time) CopyReport {
+func copyOf(node string, e nodecachespec.Entry, now time.Time) CopyReport {
 	return CopyReport{Node: node, Namespace: e.Namespace, Source: e.Source, Complete: e.Complete, Bytes: e.Bytes, Pods: e.Pods,
 		LastUsed: e.LastUsed, Idle: idle(e.LastUsed, now)}
 }
@@ -178,7 +178,7 @@ func copySize(bytes int64) string {
 func writeModelCache(out io.Writer, r *ModelCacheReport) {
 	fmt.Fprintf(out, "Model cache: %d of %d nodes hold a complete copy", r.CompleteNodes, int32(len(r.Copies))+r.NodesNotListed)
 	if r.Key != "" {
-		fmt.Fprintf(out, " (nodes labelled %s)", nodecache.NodeLabel(r.Key))
+		fmt.Fprintf(out, " (nodes labelled %s)", nodecachespec.NodeLabel(r.Key))
 	}
 	fmt.Fprintln(out)
 	if r.Unread != "" {

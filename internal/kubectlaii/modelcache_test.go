@@ -11,21 +11,21 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/nodecache"
+	"github.com/aiinference/operator/internal/nodecachespec"
 )
 
 // nodeReport writes a node's model cache report as the node's cache plugin does.
 func nodeReport(t *testing.T, ns, node, data string) {
 	t.Helper()
 	must(t, k8s.Create(context.Background(), &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "model-cache-" + node, Labels: map[string]string{nodecache.StateLabel: node}},
-		Data:       map[string]string{nodecache.StateKey: data},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "model-cache-" + node, Labels: map[string]string{nodecachespec.StateLabel: node}},
+		Data:       map[string]string{nodecachespec.StateKey: data},
 	}))
 }
 
-func reportJSON(t *testing.T, node string, entries ...nodecache.Entry) string {
+func reportJSON(t *testing.T, node string, entries ...nodecachespec.Entry) string {
 	t.Helper()
-	data, err := json.Marshal(nodecache.Report{Node: node, BudgetBytes: 100e9, UsedBytes: 20_379_869_184, Entries: entries})
+	data, err := json.Marshal(nodecachespec.Report{Node: node, BudgetBytes: 100e9, UsedBytes: 20_379_869_184, Entries: entries})
 	must(t, err)
 	return string(data)
 }
@@ -37,8 +37,8 @@ func reportJSON(t *testing.T, node string, entries ...nodecache.Entry) string {
 func TestModelCache(t *testing.T) {
 	ns, plugin := namespace(t, "aii-cache"), namespace(t, "aii-cache-plugin")
 	now := time.Now()
-	entry := func(key string, bytes int64, complete bool, pods int, ago time.Duration) nodecache.Entry {
-		return nodecache.Entry{Key: key, Namespace: ns, Source: "s3://models/llama/", Endpoint: "http://minio.storage:9000",
+	entry := func(key string, bytes int64, complete bool, pods int, ago time.Duration) nodecachespec.Entry {
+		return nodecachespec.Entry{Key: key, Namespace: ns, Source: "s3://models/llama/", Endpoint: "http://minio.storage:9000",
 			Bytes: bytes, Complete: complete, Pods: pods, LastUsed: now.Add(-ago).UTC().Format(time.RFC3339Nano)}
 	}
 	nodeReport(t, plugin, "cache-a", reportJSON(t, "cache-a", entry("k1", 17_179_869_184, true, 1, 20*time.Minute), entry("k2", 3_200_000_000, true, 0, 3*time.Hour)))

@@ -20,23 +20,26 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/loadspec"
-	"github.com/aiinference/operator/internal/nodecache"
+	"github.com/aiinference/operator/internal/nodecachespec"
 	"github.com/aiinference/operator/internal/reasons"
 	"github.com/aiinference/operator/internal/units"
 )
 
 // StatusReport is what `status` shows.
 type StatusReport struct {
-	Namespace   string                `json:"namespace"`
-	Name        string                `json:"name"`
-	Phase       string                `json:"phase"`
-	Ready       string                `json:"ready"`
-	Model       string                `json:"model"`
-	Engine      string                `json:"engine"`
-	GPU         string                `json:"gpu"`
-	ModelLoaded bool                  `json:"modelLoaded"`
-	LoadRetries int32                 `json:"loadRetries"`
-	MaxRetries  int32                 `json:"maxRetries"`
+	Namespace   string `json:"namespace"`
+	Name        string `json:"name"`
+	Phase       string `json:"phase"`
+	Ready       string `json:"ready"`
+	Model       string `json:"model"`
+	Engine      string `json:"engine"`
+	GPU         string `json:"gpu"`
+	ModelLoaded bool   `json:"modelLoaded"`
+	LoadRetries int32  `json:"loadRetries"`
+	MaxRetries  int32  `json:"maxRetries"`
+	// Source says where the model comes from and what it resolved to (a Hub
+	// commit, an OCI digest), e.g. "hf://org/name@main, commit 0123abc...".
+	Source      string                `json:"source,omitempty"`
 	Conditions  []ConditionReport     `json:"conditions"`
 	Replicas    []ReplicaReport       `json:"replicas"`
 	LastLoad    *servingv1.LoadReport `json:"lastLoad,omitempty"`
@@ -47,6 +50,8 @@ type StatusReport struct {
 	Autoscaling *AutoscalingReport `json:"autoscaling,omitempty"`
 	// ModelCache is the node cache's copies of the model (cache.type Node).
 	ModelCache *ModelCacheReport `json:"modelCache,omitempty"`
+	// Routing is where the router sent the requests (spec.routing.enabled).
+	Routing *RoutingReport `json:"routing,omitempty"`
 }
 
 // AutoscalingReport is the autoscaler's view.
@@ -138,7 +143,7 @@ type view struct {
 	nodes      map[string]*corev1.Node
 	// reports are the nodes' model cache reports, read for a model on the
 	// node cache; reportsErr says why they could not be.
-	reports    []nodecache.Report
+	reports    []nodecachespec.Report
 	reportsErr error
 }
 
@@ -187,6 +192,9 @@ func (e *env) status(name string) error {
 		v.reports, v.reportsErr = e.readNodeReports()
 	}
 	r := statusReport(v, time.Now())
+	if v.obj.RoutingEnabled() {
+		r.Routing = e.readRouting(v.obj)
+	}
 	if done, err := e.printStructured("AIInferenceStatus", r); done {
 		return err
 	}
@@ -201,7 +209,7 @@ func statusReport(v *view, now time.Time) StatusReport {
 		Namespace: obj.Namespace, Name: obj.Name, Phase: string(st.Phase), Ready: st.Ready,
 		Model: obj.Spec.Model.Name, Engine: string(obj.Spec.Engine.Type), GPU: st.GPU,
 		ModelLoaded: st.ModelLoaded, LoadRetries: st.LoadRetries, MaxRetries: ptr.Deref(obj.Spec.Loading.MaxRetries, servingv1.DefaultMaxRetries), LastLoad: st.LastLoad,
-		Rollout: st.Rollout,
+		Rollout: st.Rollout, Source: sourceLine(obj),
 	}
 	if a := obj.Spec.Autoscaling; a != nil {
 		r.Autoscaling = &AutoscalingReport{MinReplicas: a.Min(), MaxReplicas: a.MaxReplicas}
@@ -297,7 +305,11 @@ func age(t metav1.Time, now time.Time) string {
 
 func writeStatus(out io.Writer, r StatusReport) {
 	fmt.Fprintf(out, "AIInference %s/%s: %s, %s ready\n", r.Namespace, r.Name, r.Phase, r.Ready)
-	fmt.Fprintf(out, "Model %s on %s, %s per replica; %d of %d retries spent\n\n", r.Model, r.Engine, r.GPU, r.LoadRetries, r.MaxRetries)
+	fmt.Fprintf(out, "Model %s on %s, %s per replica; %d of %d retries spent\n", r.Model, r.Engine, r.GPU, r.LoadRetries, r.MaxRetries)
+	if r.Source != "" {
+		fmt.Fprintf(out, "Source %s\n", r.Source)
+	}
+	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONDITION\tSTATUS\tREASON\tSINCE\tMESSAGE")
 	for _, c := range r.Conditions {
@@ -339,6 +351,9 @@ func writeStatus(out io.Writer, r StatusReport) {
 	if m := r.ModelCache; m != nil {
 		writeModelCache(out, m)
 	}
+	if rt := r.Routing; rt != nil {
+		writeRouting(out, rt)
+	}
 	if f := r.LastFailure; f != nil {
 		fmt.Fprintf(out, "Last failure: %s on pod %s at %s", f.Reason, dash(f.Pod), f.Time.UTC().Format(time.RFC3339))
 		if f.ExitCode != 0 {
@@ -358,12 +373,20 @@ func dash(s string) string {
 // writeRollout shows a canary rollout: where it is, the last analysis run's
 // checks, and the last decisions.
 func writeRollout(out io.Writer, ro *servingv1.RolloutStatus) {
-	fmt.Fprintf(out, "Canary rollout: %s, step %d, canary weight %d%% (%s); stable %s, canary %s\n",
-		ro.Phase, ro.Step+1, ro.Weight, dash(ro.TrafficSplit), dash(ro.StableRevision), ro.CanaryRevision)
+	if ro.Phase == "" {
+		// The canary was superseded (the spec went back to the stable revision, or
+		// no stable replica was left to compare it with): no rollout runs, and its
+		// step, weight and analysis describe nothing that is still there.
+		fmt.Fprintf(out, "Canary rollout: none in progress; stable %s. The canary of revision %s was superseded\n",
+			dash(ro.StableRevision), ro.CanaryRevision)
+	} else {
+		fmt.Fprintf(out, "Canary rollout: %s, step %d, canary weight %d%% (%s); stable %s, canary %s\n",
+			ro.Phase, ro.Step+1, ro.Weight, dash(ro.TrafficSplit), dash(ro.StableRevision), ro.CanaryRevision)
+	}
 	if ro.Message != "" {
 		fmt.Fprintf(out, "  %s\n", ro.Message)
 	}
-	if n := len(ro.Analysis); n > 0 {
+	if n := len(ro.Analysis); n > 0 && ro.Phase != "" {
 		run := ro.Analysis[n-1]
 		fmt.Fprintf(out, "  Last analysis run (%d of this step) at %s: %s\n", n, run.Time.UTC().Format(time.RFC3339), run.Verdict)
 		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -407,4 +430,35 @@ func writeAutoscaling(out io.Writer, a *AutoscalingReport) {
 		fmt.Fprintf(out, "  %s %-13s %d -> %d: %s\n", d.Time.UTC().Format(time.RFC3339), d.Reason, d.From, d.To, d.Message)
 	}
 	fmt.Fprintln(out)
+}
+
+// sourceLine names a Hub or OCI source and what status.source says it resolved
+// to; "" for the other sources.
+func sourceLine(obj *servingv1.AIInference) string {
+	src, st := obj.Spec.Model.Source, obj.Status.Source
+	var line string
+	switch {
+	case src.HuggingFace != nil:
+		rev := src.HuggingFace.Revision
+		if rev == "" {
+			rev = "main"
+		}
+		line = "hf://" + src.HuggingFace.Repository + "@" + rev
+	case src.OCI != nil:
+		line = "oci://" + src.OCI.Reference
+	default:
+		return ""
+	}
+	switch {
+	case st == nil || st.Revision+st.Digest == "":
+		line += ", not resolved yet"
+	case st.Revision != "":
+		line += ", commit " + st.Revision
+	default:
+		line += ", digest " + st.Digest
+	}
+	if st != nil && st.Mode != "" {
+		line += ", mode " + string(st.Mode)
+	}
+	return line
 }

@@ -38,3 +38,52 @@ func TestStatusShowsTheAutoscaler(t *testing.T) {
 		}
 	}
 }
+
+// A canary superseded (the spec went back to the stable revision) leaves no
+// rollout running: status says so, with the decision, and shows no phase,
+// step, weight or analysis of a canary that is gone.
+func TestStatusAfterASupersededCanary(t *testing.T) {
+	at := metav1.NewTime(time.Date(2026, 12, 5, 8, 0, 0, 0, time.UTC))
+	obj := &servingv1.AIInference{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "llm"}}
+	obj.Status.Rollout = &servingv1.RolloutStatus{StableRevision: "a1", CanaryRevision: "b2", TrafficSplit: "Gateway",
+		Analysis: []servingv1.AnalysisRun{{Time: at, Verdict: servingv1.VerdictPass}},
+		History: []servingv1.RolloutDecision{
+			{Time: at, Decision: "CanaryStarted", Revision: "b2", Message: "revision b2 starts as a canary"},
+			{Time: at, Decision: "Superseded", Revision: "b2", Message: "the spec is back to the stable revision a1; the canary of b2 is removed"},
+		}}
+	var out strings.Builder
+	writeStatus(&out, statusReport(&view{obj: obj}, at.Time))
+	if want := "Canary rollout: none in progress; stable a1. The canary of revision b2 was superseded"; !strings.Contains(out.String(), want) {
+		t.Errorf("status lacks %q:\n%s", want, out.String())
+	}
+	for _, stale := range []string{"Canary rollout: ,", "canary weight", "Last analysis run"} {
+		if strings.Contains(out.String(), stale) {
+			t.Errorf("status shows %q of a superseded canary:\n%s", stale, out.String())
+		}
+	}
+}
+
+func TestStatusShowsTheResolvedSource(t *testing.T) {
+	for _, tc := range []struct {
+		source servingv1.ModelSource
+		status *servingv1.SourceStatus
+		want   string
+	}{
+		{servingv1.ModelSource{HuggingFace: &servingv1.HuggingFaceSource{Repository: "Qwen/Qwen2.5-0.5B"}},
+			&servingv1.SourceStatus{Revision: "0123456789abcdef0123456789abcdef01234567"},
+			"Source hf://Qwen/Qwen2.5-0.5B@main, commit 0123456789abcdef0123456789abcdef01234567\n"},
+		{servingv1.ModelSource{HuggingFace: &servingv1.HuggingFaceSource{Repository: "Qwen/Qwen2.5-0.5B", Revision: "v2"}}, nil,
+			"Source hf://Qwen/Qwen2.5-0.5B@v2, not resolved yet\n"},
+		{servingv1.ModelSource{OCI: &servingv1.OCISource{Reference: "reg.example/models/qwen:v1"}},
+			&servingv1.SourceStatus{Digest: "sha256:abc", Mode: servingv1.OCIModeImageVolume},
+			"Source oci://reg.example/models/qwen:v1, digest sha256:abc, mode ImageVolume\n"},
+	} {
+		obj := &servingv1.AIInference{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "llm"}}
+		obj.Spec.Model.Source, obj.Status.Source = tc.source, tc.status
+		var out strings.Builder
+		writeStatus(&out, statusReport(&view{obj: obj}, time.Now()))
+		if !strings.Contains(out.String(), tc.want) {
+			t.Errorf("status lacks %q:\n%s", tc.want, out.String())
+		}
+	}
+}

@@ -58,7 +58,7 @@ func (e *env) trace(name string) error {
 		// The rollout's decisions outlive their events.
 		for _, d := range ro.History {
 			typ := "Normal"
-			if d.Decision == "RolledBack" || d.Decision == "Aborted" || d.Decision == "Inconclusive" {
+			if servingv1.IsWarningDecision(d.Decision) {
 				typ = "Warning"
 			}
 			add(d.Time.Time, "status.rollout", typ, d.Decision, fmt.Sprintf("revision %s, step %d, canary weight %d%%: %s", d.Revision, d.Step+1, d.Weight, d.Message))

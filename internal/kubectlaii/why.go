@@ -13,9 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/controller/aiinference"
 	"github.com/aiinference/operator/internal/reasons"
 )
 
@@ -159,29 +161,23 @@ func (e *env) pvcLinks(v *view, r *WhyReport) error {
 }
 
 func (e *env) conflictLinks(v *view, r *WhyReport) error {
-	children := []client.Object{
-		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: v.obj.Name + "-loader"}},
-		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: v.obj.Name}},
-		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: v.obj.Name}},
-		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: v.obj.Name + "-model-cache"}},
-	}
-	kinds := []string{"ConfigMap", "Deployment", "Service", "PersistentVolumeClaim"}
-	for i, child := range children {
-		err := e.c.Get(e.ctx, client.ObjectKey{Namespace: v.obj.Namespace, Name: child.GetName()}, child)
+	for _, child := range aiinference.Children(v.obj) {
+		err := e.c.Get(e.ctx, client.ObjectKeyFromObject(child.Object), child.Object)
 		if err != nil {
-			if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+			// A kind the cluster does not serve, or the user may not read, holds no conflict to show.
+			if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || meta.IsNoMatchError(err) || runtime.IsNotRegisteredError(err) {
 				continue
 			}
 			return err
 		}
-		if metav1.IsControlledBy(child, v.obj) {
+		if metav1.IsControlledBy(child.Object, v.obj) {
 			continue
 		}
 		owner := "no controller"
-		if ref := metav1.GetControllerOf(child); ref != nil {
+		if ref := metav1.GetControllerOf(child.Object); ref != nil {
 			owner = "controlled by " + ref.Kind + " " + ref.Name
 		}
-		r.Chain = append(r.Chain, Link{kinds[i], child.GetName(), "exists with " + owner + "; the operator will not adopt it"})
+		r.Chain = append(r.Chain, Link{child.Kind, child.Object.GetName(), "exists with " + owner + "; the operator will not adopt it"})
 	}
 	return nil
 }

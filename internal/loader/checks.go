@@ -23,6 +23,7 @@ const (
 	checkMD5       = "md5"           // a single-part S3 ETag
 	checkMultipart = "multipartETag" // a multipart S3 ETag, checked upload part by upload part
 	checkSize      = "size"          // nothing but the size
+	checkGitBlob   = "gitBlobSHA1"   // a git blob id (the Hub's id of a file kept in git, not LFS)
 	// A store checksum is named after its algorithm ("crc64nvme", "sha1"), with
 	// "-composite" for a checksum of the upload parts' checksums.
 	compositeSuffix = "-composite"
@@ -118,6 +119,14 @@ func checkFor(obj *Object) check {
 	if sum, err := hex.DecodeString(obj.SHA256); err == nil && len(sum) == sha256.Size {
 		return check{name: checkSHA256, kind: kindWhole, newHash: sha256.New, want: sum}
 	}
+	if sum, err := hex.DecodeString(obj.GitBlobSHA1); err == nil && len(sum) == sha1.Size {
+		size := obj.Size
+		return check{name: checkGitBlob, kind: kindWhole, want: sum, newHash: func() hash.Hash {
+			h := sha1.New()
+			fmt.Fprintf(h, "blob %d\x00", size)
+			return h
+		}}
+	}
 	sc := obj.Checksum
 	if sc != nil && sc.Parts == 0 {
 		alg := storeAlgorithms[sc.Algorithm]
@@ -154,7 +163,7 @@ func (c check) mismatch(got []byte, uploadParts int) string {
 		return ""
 	}
 	show := hex.EncodeToString
-	if c.name != checkSHA256 && c.name != checkMD5 && c.name != checkMultipart {
+	if c.name != checkSHA256 && c.name != checkMD5 && c.name != checkMultipart && c.name != checkGitBlob {
 		show = base64.StdEncoding.EncodeToString // as S3 shows its checksums
 	}
 	return fmt.Sprintf("the source says %s %s, the downloaded bytes give %s", c.name, show(c.want), show(got))

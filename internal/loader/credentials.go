@@ -16,6 +16,7 @@ import (
 type credentials struct {
 	AccessKeyID, SecretAccessKey, SessionToken string
 	HTTPToken                                  string
+	HFToken                                    string
 }
 
 // loadCredentials reads each credential from the environment, else from dir/NAME.
@@ -46,6 +47,7 @@ func loadCredentials(dir string, getenv func(string) string) (credentials, error
 		{&c.SecretAccessKey, loadspec.EnvSecretAccessKey},
 		{&c.SessionToken, loadspec.EnvSessionToken},
 		{&c.HTTPToken, loadspec.EnvHTTPBearerToken},
+		{&c.HFToken, loadspec.EnvHFToken},
 	} {
 		if *f.dst, err = read(f.name); err != nil {
 			return credentials{}, err

@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aiinference/operator/internal/loader/s3test"
+	"github.com/aiinference/operator/test/s3test"
 )
 
 // fault is what faultProxy does to one ranged GET.

@@ -55,7 +55,7 @@ type fileTask struct {
 // vouched for by the journal or an earlier marker), or a task with the parts still
 // missing. A new task goes into the journal once download has settled its part
 // size (see shrinkTail).
-func (l *run) prepare(obj *Object, st *fileState, old *marker) (*fileTask, error) {
+func (l *run) prepare(ctx context.Context, obj *Object, st *fileState, old *marker) (*fileTask, error) {
 	final := filepath.Join(l.dest, filepath.FromSlash(obj.Path))
 	tmp := filepath.Join(l.work, "data", filepath.FromSlash(obj.Path))
 	same := st != nil && st.Size == obj.Size && st.ETag == obj.ETag
@@ -67,7 +67,10 @@ func (l *run) prepare(obj *Object, st *fileState, old *marker) (*fileTask, error
 				return nil, fileErr(obj.Path, err)
 			}
 		}
-		if fi, err := os.Stat(final); err == nil && fi.Mode().IsRegular() && fi.Size() == obj.Size {
+		// The journal, like the file, is in a folder others may write (see
+		// recheckKept): the file is kept only if its content passes.
+		if fi, err := os.Stat(final); err == nil && fi.Mode().IsRegular() && fi.Size() == obj.Size &&
+			l.passes(ctx, final, obj) {
 			l.recordDone(obj, cmp.Or(st.Check, check.name), fi) // the check it passed
 			l.present.Add(obj.Size)
 			return nil, nil
@@ -104,9 +107,16 @@ func (l *run) prepare(obj *Object, st *fileState, old *marker) (*fileTask, error
 	}
 	t.setParts(partSize)
 	if resume {
-		for i, sums := range st.Parts {
+		buf := make([]byte, bufSize)
+		for i := range st.Parts {
 			if i < 0 || i >= len(t.parts) || t.done[i] {
 				continue
+			}
+			// The digests come from the bytes on disk, not from the journal,
+			// which others sharing the folder may have written (see recheckKept).
+			sums, err := t.sumsOnDisk(ctx, t.parts[i], buf)
+			if err != nil {
+				return nil, err
 			}
 			if !t.takeSums(t.parts[i], sums) {
 				continue

@@ -103,6 +103,9 @@ func (l *run) summary(err error) loadspec.Summary {
 		s.Checks = l.checks
 	}
 	s.Verified = err == nil && l.checks["size"] == 0
+	if r, ok := l.src.(resolver); ok {
+		s.Resolved = r.Resolved()
+	}
 	return s
 }
 
@@ -164,6 +167,9 @@ func (l *run) load(ctx context.Context) error {
 	l.log.Info("Listed source", "files", len(objs), "bytes", l.total)
 
 	old, _ := readMarker(l.dest)
+	if old, err = l.recheckKept(ctx, old, objs); err != nil {
+		return err
+	}
 	if old.matches(l.dest, objs) {
 		l.cacheHit = true
 		l.present.Store(l.total)
@@ -173,7 +179,7 @@ func (l *run) load(ctx context.Context) error {
 			l.checks[f.Check]++
 		}
 		l.mu.Unlock()
-		l.log.Info("Destination already holds the complete model; nothing to download", "dest", l.dest)
+		l.log.Info("Destination already holds the complete model, its content checked; nothing to download", "dest", l.dest)
 		return nil
 	}
 	// From here on the destination is being changed: the marker goes first, so the
@@ -249,7 +255,7 @@ func (l *run) download(ctx context.Context, old *marker) error {
 
 	var tasks []*fileTask
 	for i := range l.objs {
-		t, err := l.prepare(&l.objs[i], states[l.objs[i].Path], old)
+		t, err := l.prepare(ctx, &l.objs[i], states[l.objs[i].Path], old)
 		if err != nil {
 			return err
 		}

@@ -44,6 +44,12 @@ type Options struct {
 	// Budget is the operator's retry budget (see runBudgeted); nil when there is no
 	// budget file, as when the loader runs by hand: then nothing bounds the loads.
 	Budget *loadspec.Budget
+	// PullSecretsDir holds the image pull Secrets an oci source authenticates
+	// with, each in a folder of its own (loadspec.PullSecretsMountDir).
+	PullSecretsDir string
+	// Resolved is what an earlier load resolved the source's revision or tag
+	// to (resolved.json beside the configuration); nil: none yet.
+	Resolved *loadspec.Resolved
 }
 
 // Defaults for settings neither the file nor the flags give.
@@ -74,7 +80,7 @@ type flagValues struct {
 	timeout, stallTimeout                            time.Duration
 	progressInterval                                 time.Duration
 	progressAddress                                  string
-	terminationPath, credentialsDir                  string
+	terminationPath, credentialsDir, pullSecretsDir  string
 	fsync, checkMultipart, storeChecksums            bool
 }
 
@@ -90,7 +96,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, error) {
 	var fv flagValues
 	fset.StringVar(&fv.config, "config", DefaultConfigPath, "configuration file (JSON, the operator's schema); a missing file at the default path is ignored")
 	fset.StringVar(&fv.budget, "budget", "", "retry budget file (JSON, the operator's schema); default: "+loadspec.BudgetFileName+" beside --config, and none when that is missing")
-	fset.StringVar(&fv.source, "source", "", "model location: s3://BUCKET/PREFIX, http(s)://HOST/PATH, or file:///PATH")
+	fset.StringVar(&fv.source, "source", "", "model location: s3://BUCKET/PREFIX, http(s)://HOST/PATH, file:///PATH, hf://ORG/NAME[@REVISION] (the Hugging Face Hub; HF_TOKEN for gated models) or oci://REGISTRY/REPOSITORY:TAG (or @sha256:DIGEST)")
 	fset.StringVar(&fv.dest, "dest", "", "destination folder")
 	fset.StringVar(&fv.endpoint, "endpoint", "", "S3 endpoint URL of an S3-compatible store (empty: AWS)")
 	fset.StringVar(&fv.region, "region", "", "S3 region (default from the environment, else us-east-1)")
@@ -104,6 +110,7 @@ func ParseArgs(args []string, stderr io.Writer) (Options, error) {
 	fset.StringVar(&fv.progressAddress, "progress-address", "", "address of the progress endpoint (JSON on "+loadspec.ProgressPath+", Prometheus metrics on /metrics), e.g. :8098; empty: none")
 	fset.StringVar(&fv.terminationPath, "termination-message-path", "/dev/termination-log", "file that receives the JSON summary")
 	fset.StringVar(&fv.credentialsDir, "credentials-dir", loadspec.CredentialsMountDir, "folder of credential files named like the environment variables (AWS_ACCESS_KEY_ID, ...)")
+	fset.StringVar(&fv.pullSecretsDir, "pull-secrets-dir", loadspec.PullSecretsMountDir, "folder of image pull Secrets (each a folder holding .dockerconfigjson) an oci:// source authenticates to its registry with")
 	fset.BoolVar(&fv.fsync, "fsync", false, "flush every file to disk before it is renamed into place and the marker written (for a destination that outlives the pod)")
 	partial := func() Options { return Options{TerminationMessagePath: fv.terminationPath} }
 	fset.BoolVar(&fv.checkMultipart, "check-multipart-etag", true, "check the ETag of multipart-uploaded S3 objects the store keeps no checksum of by hashing each upload part (MD5, about one core-second per 650 MB); off, they are checked by size only")
@@ -136,7 +143,10 @@ func ParseArgs(args []string, stderr io.Writer) (Options, error) {
 	if !set["budget"] {
 		budgetPath = filepath.Join(filepath.Dir(fv.config), loadspec.BudgetFileName)
 	}
-	o.Budget, err = readBudget(budgetPath, set["budget"])
+	if o.Budget, err = readBudget(budgetPath, set["budget"]); err != nil {
+		return o, err
+	}
+	o.Resolved, err = readResolved(filepath.Join(filepath.Dir(fv.config), loadspec.ResolvedFileName))
 	return o, err
 }
 
@@ -188,6 +198,7 @@ func mergeOptions(file loadspec.Config, fv flagValues, set map[string]bool) (Opt
 	o.ProgressAddress = fv.progressAddress
 	o.TerminationMessagePath = fv.terminationPath
 	o.CredentialsDir = fv.credentialsDir
+	o.PullSecretsDir = fv.pullSecretsDir
 	if set["fsync"] {
 		o.Fsync = fv.fsync
 	}
@@ -265,4 +276,20 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a size such as 16Mi, 8MB or 1048576", s)
 	}
 	return n * mult, nil
+}
+
+// readResolved reads the resolved source file; a missing one is none.
+func readResolved(path string) (*loadspec.Resolved, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, failf(loadspec.ReasonInvalidConfig, "", "resolved source file: %v", err)
+	}
+	var r loadspec.Resolved
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, failf(loadspec.ReasonInvalidConfig, "", "resolved source file %s: %v", path, err)
+	}
+	return &r, nil
 }

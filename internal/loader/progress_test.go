@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/aiinference/operator/internal/loadspec"
-	"github.com/aiinference/operator/internal/testutil"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 // TestProgressEndpoint: the board serves the attempt's progress as JSON and as

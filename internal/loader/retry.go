@@ -3,10 +3,13 @@ package loader
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -25,7 +28,30 @@ type statusCoder interface{ HTTPStatusCode() int }
 type httpStatusError struct {
 	Status int
 	URL    string
+	// RetryAfterHeader is the answer's Retry-After (a 429's or 503's), if any.
+	RetryAfterHeader string
 }
+
+// retryAfter is how long the server asked the client to wait: Retry-After in
+// seconds or as an HTTP date; 0 when it said nothing.
+func (e *httpStatusError) retryAfter(now time.Time) time.Duration {
+	v := strings.TrimSpace(e.RetryAfterHeader)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.Atoi(v); err == nil {
+		return time.Duration(max(secs, 0)) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0)
+	}
+	return 0
+}
+
+// maxRetryAfter bounds the wait a server's Retry-After imposes on one retry; a
+// server asking for more is given up on (a transient failure: the next
+// attempt of the pod tries again after its back-off).
+const maxRetryAfter = 5 * time.Minute
 
 func (e *httpStatusError) Error() string {
 	return "HTTP " + strconv.Itoa(e.Status) + " from " + e.URL
@@ -151,6 +177,14 @@ func (p retryPolicy) do(ctx context.Context, op func(ctx context.Context) error,
 			break
 		}
 		wait := p.backoff(attempt, rand.Float64)
+		var se *httpStatusError
+		if errors.As(err, &se) {
+			if asked := se.retryAfter(time.Now()); asked > maxRetryAfter {
+				return &Error{Reason: loadspec.ReasonTransient, Err: fmt.Errorf("the server asked to wait %s before retrying, more than the %s the loader waits: %w", asked, maxRetryAfter, err)}
+			} else if asked > wait {
+				wait = asked
+			}
+		}
 		if onRetry != nil {
 			onRetry(err, wait)
 		}

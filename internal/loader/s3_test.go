@@ -21,8 +21,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
-	"github.com/aiinference/operator/internal/loader/s3test"
 	"github.com/aiinference/operator/internal/loadspec"
+	"github.com/aiinference/operator/test/s3test"
 )
 
 // The tests below run against a real S3 server (versitygw) on loopback, built by

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/url"
 	"path"
+	"regexp"
 	"strings"
 
 	"github.com/aiinference/operator/internal/loadspec"
@@ -30,8 +31,11 @@ type Object struct {
 	// upload part as it streams.
 	UploadPartSize int64
 	UploadParts    int
-	// SHA256 is the hex digest the sha256 manifest gives, if any.
+	// SHA256 is the hex digest the sha256 manifest gives, or the source's own
+	// (a Hub LFS file's, an OCI layer's), if any.
 	SHA256 string
+	// GitBlobSHA1 is the hex git blob id of the content (a Hub file kept in git).
+	GitBlobSHA1 string
 	// NoRanges is set for an HTTP server that ignores Range: one request per file.
 	NoRanges bool
 }
@@ -75,15 +79,41 @@ type Source interface {
 
 // sourceURL is a parsed --source.
 type sourceURL struct {
-	Scheme string // s3, http, https, file
-	Bucket string // s3 only
-	Prefix string // s3 key prefix, or file path
-	URL    string // http(s): the whole URL
+	Scheme   string // s3, http, https, file, hf, oci
+	Bucket   string // s3 only
+	Prefix   string // s3 key prefix, file path, hf repository, oci reference
+	URL      string // http(s): the whole URL
+	Revision string // hf: the branch, tag or commit
+}
+
+// resolver is a source whose movable name (a branch, a tag) resolves to a
+// fixed one in List.
+type resolver interface {
+	Resolved() string
 }
 
 func parseSource(s string) (sourceURL, error) {
 	bad := func(why string) (sourceURL, error) {
 		return sourceURL{}, failf(loadspec.ReasonInvalidConfig, "", "source %q: %s", s, why)
+	}
+	if rest, ok := strings.CutPrefix(s, "hf://"); ok {
+		repo, rev, _ := strings.Cut(rest, "@")
+		if !hfRepository.MatchString(repo) || strings.Contains(repo, "..") {
+			return bad("want hf://ORGANISATION/NAME[@REVISION]")
+		}
+		if rev == "" {
+			rev = "main"
+		}
+		if strings.Contains(rev, "..") || strings.ContainsAny(rev, " ?#") {
+			return bad("unusable revision " + rev)
+		}
+		return sourceURL{Scheme: "hf", Prefix: repo, Revision: rev}, nil
+	}
+	if ref, ok := strings.CutPrefix(s, "oci://"); ok {
+		if _, err := parseOCIReference(ref); err != nil {
+			return bad(err.Error())
+		}
+		return sourceURL{Scheme: "oci", Prefix: ref}, nil
 	}
 	u, err := url.Parse(s)
 	if err != nil {
@@ -109,8 +139,10 @@ func parseSource(s string) (sourceURL, error) {
 		}
 		return sourceURL{Scheme: "file", Prefix: path.Clean(u.Path)}, nil
 	}
-	return bad("scheme must be s3, http, https or file")
+	return bad("scheme must be s3, http, https, file, hf or oci")
 }
+
+var hfRepository = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
 // newSource builds the Source for the options' --source.
 func newSource(ctx context.Context, o Options, creds credentials) (Source, error) {
@@ -123,6 +155,10 @@ func newSource(ctx context.Context, o Options, creds credentials) (Source, error
 		return newS3Source(ctx, su, o, creds)
 	case "http", "https":
 		return newHTTPSource(su, o, creds), nil
+	case "hf":
+		return newHFSource(su, o, creds), nil
+	case "oci":
+		return newOCISource(su, o)
 	default:
 		return &fileSource{root: su.Prefix}, nil
 	}

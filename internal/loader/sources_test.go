@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aiinference/operator/internal/loader/s3test"
 	"github.com/aiinference/operator/internal/loadspec"
+	"github.com/aiinference/operator/test/s3test"
 )
 
 // smallTree writes a small model-shaped tree (with a sha256 manifest) for the

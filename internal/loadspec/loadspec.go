@@ -25,6 +25,14 @@ const (
 	ConfigMountDir = "/etc/model-loader"
 	// CredentialsMountDir is where the operator mounts the S3 credentials Secret, if any.
 	CredentialsMountDir = "/var/run/secrets/model-loader"
+	// ResolvedFileName is the ConfigMap key and file name of the resolved source
+	// (see Resolved). Like the budget it is not part of the pod template hash:
+	// once a load has resolved a Hugging Face revision or an OCI tag, every later
+	// loader loads what it resolved to, without rolling the pods.
+	ResolvedFileName = "resolved.json"
+	// PullSecretsMountDir holds the image pull Secrets (each in a folder named
+	// after it) that an oci source's loader authenticates to the registry with.
+	PullSecretsMountDir = "/var/run/secrets/model-loader-pull"
 	// CompleteMarker is written at the root of the destination once every file is
 	// present and verified; the engine is only started on a destination that has it.
 	CompleteMarker = ".model-complete.json"
@@ -38,13 +46,21 @@ const (
 	EnvSessionToken    = "AWS_SESSION_TOKEN"
 	// EnvHTTPBearerToken is sent as "Authorization: Bearer ..." to HTTP sources.
 	EnvHTTPBearerToken = "MODEL_LOADER_HTTP_TOKEN"
+	// EnvHFToken is the Hugging Face Hub token, under the name huggingface_hub reads.
+	EnvHFToken = "HF_TOKEN"
 )
 
 // Config is the model-loading configuration. Every field can also be given as a
 // flag of the same meaning; flags win over the file.
 type Config struct {
-	// Source is the model's location: s3://BUCKET/PREFIX, http(s)://..., or file:///PATH.
+	// Source is the model's location: s3://BUCKET/PREFIX, http(s)://...,
+	// file:///PATH, hf://ORG/NAME@REVISION (the Hugging Face Hub) or
+	// oci://REGISTRY/REPOSITORY:TAG (or @DIGEST).
 	Source string `json:"source"`
+	// HuggingFace holds options that only apply to hf:// sources.
+	HuggingFace *HuggingFaceOptions `json:"huggingface,omitempty"`
+	// OCI holds options that only apply to oci:// sources.
+	OCI *OCIOptions `json:"oci,omitempty"`
 	// Dest is the folder the model is written to (the shared cache volume).
 	Dest string `json:"dest"`
 	// S3 holds options that only apply to s3:// sources.
@@ -82,6 +98,42 @@ type S3Options struct {
 	// PathStyle selects path-style addressing (http://host/bucket/key), which most
 	// S3-compatible stores need.
 	PathStyle bool `json:"pathStyle,omitempty"`
+}
+
+// HuggingFaceOptions are the Hub-specific settings.
+type HuggingFaceOptions struct {
+	// Endpoint is the Hub's address (or a mirror's); empty means the Hub.
+	Endpoint string `json:"endpoint,omitempty"`
+	// Include and Exclude are glob patterns of the repository's files to fetch
+	// and to leave out.
+	Include []string `json:"include,omitempty"`
+	Exclude []string `json:"exclude"`
+}
+
+// Patterns a Hugging Face source selects its files with when its options give
+// none (api/v1's HuggingFaceSource documents them): the safetensors weights and
+// the tokenizer and config files an engine reads, not duplicate PyTorch .bin
+// weights, nor the original/ checkpoint or consolidated copies some
+// repositories also carry.
+var (
+	DefaultHuggingFaceInclude = []string{"*.safetensors", "*.json", "*.model", "*.txt", "*.tiktoken", "*.jinja"}
+	DefaultHuggingFaceExclude = []string{"original/*", "consolidated*"}
+)
+
+// OCIOptions are the registry-specific settings.
+type OCIOptions struct {
+	// PlainHTTP talks to the registry without TLS.
+	PlainHTTP bool `json:"plainHTTP,omitempty"`
+}
+
+// Resolved is what a source's movable name (a Hugging Face branch or tag, an
+// OCI tag) resolved to in a load, for the loads after it.
+type Resolved struct {
+	// Source is the configuration's source the resolution is for; a loader
+	// whose source differs ignores it.
+	Source string `json:"source"`
+	// Revision is the Hugging Face commit, or the OCI manifest digest.
+	Revision string `json:"revision"`
 }
 
 // Budget is how many loads the operator grants one pod, and whether loads stopped.
@@ -153,6 +205,9 @@ type Summary struct {
 	// for nothing more. Verified is true only when no file was checked by size
 	// alone.
 	Checks map[string]int `json:"checks,omitempty"`
+	// Resolved is the commit (hf://) or manifest digest (oci://) the source's
+	// revision or tag resolved to in this load.
+	Resolved string `json:"resolved,omitempty"`
 	// Retries counts requests retried after a transient error, Stalls those cut by
 	// the stall watchdog.
 	Retries int `json:"retries,omitempty"`
@@ -176,6 +231,14 @@ const (
 	ReasonInvalidConfig    = "InvalidConfig"
 	ReasonTimeout          = "Timeout"
 	ReasonTransient        = "TransientError"
+	// ReasonRepositoryNotFound: the Hub has no such repository, or it is
+	// private and the token (if any) may not read it.
+	ReasonRepositoryNotFound = "RepositoryNotFound"
+	// ReasonRevisionNotFound: the repository has no such branch, tag or commit.
+	ReasonRevisionNotFound = "RevisionNotFound"
+	// ReasonGatedModel: the repository is gated, and no token was given or the
+	// token's account has not been granted access.
+	ReasonGatedModel = "GatedModel"
 	// ReasonHalted: the loader refused to start a download: the operator halted
 	// loads, this pod spent its attempts, or an earlier attempt failed permanently.
 	ReasonHalted = "LoadsHalted"
@@ -199,9 +262,9 @@ func ExitCodeOf(reason string) int32 {
 	switch reason {
 	case ReasonInvalidConfig:
 		return ExitInvalidConfig
-	case ReasonNotFound:
+	case ReasonNotFound, ReasonRepositoryNotFound, ReasonRevisionNotFound:
 		return ExitNotFound
-	case ReasonAccessDenied:
+	case ReasonAccessDenied, ReasonGatedModel:
 		return ExitAccessDenied
 	case ReasonChecksumMismatch:
 		return ExitChecksum

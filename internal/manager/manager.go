@@ -8,6 +8,8 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	eventsv1client "k8s.io/client-go/kubernetes/typed/events/v1"
+	"strconv"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -32,7 +34,7 @@ import (
 	servingv1alpha1 "github.com/aiinference/operator/api/v1alpha1"
 	"github.com/aiinference/operator/internal/controller/aiinference"
 	"github.com/aiinference/operator/internal/eventrecorder"
-	"github.com/aiinference/operator/internal/nodecache"
+	"github.com/aiinference/operator/internal/nodecachespec"
 	"github.com/aiinference/operator/internal/version"
 	"github.com/aiinference/operator/internal/webhook"
 )
@@ -88,6 +90,10 @@ type Options struct {
 	// ActivatorAdvertiseAddress, the IP the models' Services send to it, the
 	// activator runs and models with autoscaling.minReplicas 0 may go to zero.
 	ActivatorBindAddress, ActivatorAdvertiseAddress string
+	// RouterService is the router's Service in OperatorNamespace, which the
+	// Services of routed models lead to; empty (or no OperatorNamespace): no
+	// model is routed.
+	RouterService string
 
 	// skipNameValidation lets a test build several managers in one process.
 	skipNameValidation bool
@@ -225,7 +231,8 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		Scheme:    scheme,
 		Recorder:  events,
 		Options: aiinference.Options{LoaderImage: opts.LoaderImage, PrometheusURL: opts.PrometheusURL,
-			AutoscaleInterval: opts.AutoscaleInterval, OperatorNamespace: opts.OperatorNamespace},
+			AutoscaleInterval: opts.AutoscaleInterval, OperatorNamespace: opts.OperatorNamespace, RouterService: opts.RouterService,
+			ImageVolumes: servesImageVolumes(clientset)},
 		Logs:     aiinference.PodLogs{Client: clientset},
 		Analyzer: aiinference.PrometheusAnalyzer,
 		Now:      time.Now,
@@ -234,6 +241,14 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	// live in the cache plugin's namespace: status.modelCache is left out.
 	if len(opts.WatchNamespaces) == 0 {
 		if r.ModelCacheReports, err = modelCacheReports(mgr); err != nil {
+			return nil, err
+		}
+	}
+	if opts.RouterService != "" && opts.OperatorNamespace != "" {
+		if r.RouterEndpoints, err = aiinference.RouterEndpointsCache(mgr, opts.OperatorNamespace, opts.RouterService); err != nil {
+			return nil, fmt.Errorf("creating the router endpoints' cache: %w", err)
+		}
+		if err := mgr.Add(r.RouterEndpoints); err != nil {
 			return nil, err
 		}
 	}
@@ -252,7 +267,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 // manager's cache holds only the operator's own ConfigMaps, and these are the
 // cache plugin's.
 func modelCacheReports(mgr ctrl.Manager) (cache.Cache, error) {
-	reports, err := labels.NewRequirement(nodecache.StateLabel, selection.Exists, nil)
+	reports, err := labels.NewRequirement(nodecachespec.StateLabel, selection.Exists, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -300,4 +315,21 @@ func podStatusOnly(obj any) (any, error) {
 	pod.ManagedFields = nil
 	pod.Spec = corev1.PodSpec{NodeName: pod.Spec.NodeName}
 	return pod, nil
+}
+
+// DefaultRouterService is the router's Service that config/router and the
+// chart install beside the operator.
+const DefaultRouterService = aiinference.DefaultRouterService
+
+// servesImageVolumes tells whether the API server is Kubernetes v1.35 or later,
+// where image volumes are on by default: an oci model in mode Auto is then
+// mounted as one. A server that cannot say is taken not to.
+func servesImageVolumes(clientset kubernetes.Interface) bool {
+	v, err := clientset.Discovery().ServerVersion()
+	if err != nil {
+		return false
+	}
+	major, errMajor := strconv.Atoi(strings.TrimSuffix(v.Major, "+"))
+	minor, errMinor := strconv.Atoi(strings.TrimSuffix(v.Minor, "+"))
+	return errMajor == nil && errMinor == nil && (major > 1 || major == 1 && minor >= 35)
 }

@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/testutil"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 // TestNamespaceMode runs the operator with --watch-namespaces=team-a as a

@@ -10,7 +10,17 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/aiinference/operator/internal/nodecachespec"
 	"github.com/aiinference/operator/internal/version"
+)
+
+// The pod's identity, which the kubelet adds to the volume attributes
+// (CSIDriver podInfoOnMount) and which a pod cannot forge.
+const (
+	podNamespaceAttr = "csi.storage.k8s.io/pod.namespace"
+	podNameAttr      = "csi.storage.k8s.io/pod.name"
+	podUIDAttr       = "csi.storage.k8s.io/pod.uid"
+	ephemeralAttr    = "csi.storage.k8s.io/ephemeral"
 )
 
 // plugin is the CSI identity and node service the kubelet calls.
@@ -28,7 +38,7 @@ type plugin struct {
 }
 
 func (p *plugin) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
-	return &csi.GetPluginInfoResponse{Name: DriverName, VendorVersion: version.Version}, nil
+	return &csi.GetPluginInfoResponse{Name: nodecachespec.DriverName, VendorVersion: version.Version}, nil
 }
 
 func (p *plugin) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
@@ -53,23 +63,28 @@ func (p *plugin) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.Nod
 func (p *plugin) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	attrs := req.GetVolumeContext()
 	if attrs[ephemeralAttr] != "true" {
-		return nil, status.Error(codes.InvalidArgument, DriverName+" serves inline (ephemeral) pod volumes only")
+		return nil, status.Error(codes.InvalidArgument, nodecachespec.DriverName+" serves inline (ephemeral) pod volumes only")
 	}
 	r := Request{
 		VolumeID: req.GetVolumeId(), Target: req.GetTargetPath(),
 		Namespace: attrs[podNamespaceAttr], Pod: attrs[podNameAttr],
-		Source: attrs[AttrSource], Endpoint: attrs[AttrEndpoint],
+		Source: attrs[nodecachespec.AttrSource], Endpoint: attrs[nodecachespec.AttrEndpoint],
 	}
 	if r.Namespace == "" || r.Pod == "" {
 		return nil, status.Error(codes.InvalidArgument, "the kubelet sent no pod identity: the CSIDriver object must set podInfoOnMount: true")
 	}
 	if r.Source == "" || r.Target == "" {
-		return nil, status.Errorf(codes.InvalidArgument, "volume attribute %q and a target path are required", AttrSource)
+		return nil, status.Errorf(codes.InvalidArgument, "volume attribute %q and a target path are required", nodecachespec.AttrSource)
 	}
-	if s := attrs[AttrSizeBytes]; s != "" {
+	for _, a := range []string{nodecachespec.AttrSource, nodecachespec.AttrEndpoint} {
+		if len(attrs[a]) > nodecachespec.MaxAttrLength {
+			return nil, status.Errorf(codes.InvalidArgument, "volume attribute %s is %d bytes long, more than the %d a model's source or endpoint may be", a, len(attrs[a]), nodecachespec.MaxAttrLength)
+		}
+	}
+	if s := attrs[nodecachespec.AttrSizeBytes]; s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n < 0 {
-			return nil, status.Errorf(codes.InvalidArgument, "volume attribute %s=%q is not a byte count", AttrSizeBytes, s)
+			return nil, status.Errorf(codes.InvalidArgument, "volume attribute %s=%q is not a byte count", nodecachespec.AttrSizeBytes, s)
 		}
 		r.SizeBytes = n
 	}

@@ -1,3 +1,16 @@
+// Package nodecache is the node-local model cache: a CSI node plugin, run once
+// per node, that gives every pod of a model on that node the same folder of the
+// node's disk as its model cache volume, so the model is downloaded once per
+// node. The model loader in the pod stays the only thing that talks to the
+// store: it finds the copy complete and verified (0 bytes read), resumes one a
+// killed loader left, or waits on the folder's lock while another pod of the
+// node downloads it. The plugin keeps the node's budget (least recently used
+// copies that no pod has mounted are evicted), reports which models the node
+// holds, and labels the node so the scheduler can prefer it.
+//
+// Why a CSI volume: the model pods keep passing Pod Security "restricted",
+// which allows csi volumes and forbids hostPath; the privileged part is the
+// plugin alone (docs/model-cache.md).
 package nodecache
 
 import (
@@ -23,6 +36,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/aiinference/operator/internal/nodecachespec"
 )
 
 // Options are the plugin's flags. CacheDir and Budget are the admin's two
@@ -50,7 +65,7 @@ type registration struct {
 }
 
 func (r *registration) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
-	return &registerapi.PluginInfo{Type: registerapi.CSIPlugin, Name: DriverName, Endpoint: r.endpoint, SupportedVersions: []string{"1.0.0"}}, nil
+	return &registerapi.PluginInfo{Type: registerapi.CSIPlugin, Name: nodecachespec.DriverName, Endpoint: r.endpoint, SupportedVersions: []string{"1.0.0"}}, nil
 }
 
 func (r *registration) NotifyRegistrationStatus(_ context.Context, s *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
@@ -72,7 +87,7 @@ func Main(args []string, stderr io.Writer) int {
 	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	fs.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "where the node's report ConfigMap is written (default $POD_NAMESPACE)")
 	fs.StringVar(&o.CacheDir, "cache-dir", "/var/lib/aiinference/model-cache", "the cache's folder on the node")
-	fs.StringVar(&o.CSISocket, "csi-socket", "", "the CSI socket the kubelet calls (default: csi.sock in the registration folder's sibling plugins/"+DriverName+")")
+	fs.StringVar(&o.CSISocket, "csi-socket", "", "the CSI socket the kubelet calls (default: csi.sock in the registration folder's sibling plugins/"+nodecachespec.DriverName+")")
 	fs.StringVar(&o.RegistrationDir, "registration-dir", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registration folder")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig (default: in-cluster)")
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", ":8096", "where /metrics listens; empty: nowhere")
@@ -92,7 +107,7 @@ func Main(args []string, stderr io.Writer) int {
 		return 2
 	}
 	if o.CSISocket == "" {
-		o.CSISocket = filepath.Join(filepath.Dir(o.RegistrationDir), "plugins", DriverName, "csi.sock")
+		o.CSISocket = filepath.Join(filepath.Dir(o.RegistrationDir), "plugins", nodecachespec.DriverName, "csi.sock")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

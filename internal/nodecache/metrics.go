@@ -2,6 +2,8 @@ package nodecache
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/aiinference/operator/internal/nodecachespec"
 )
 
 // metrics are the plugin's own: what the node holds and what publishes gave.
@@ -61,7 +63,7 @@ func (m *metrics) published(p Published) {
 	}
 }
 
-func (m *metrics) observe(r Report) {
+func (m *metrics) observe(r nodecachespec.Report) {
 	m.bytes.Set(float64(r.UsedBytes))
 	m.budget.Set(float64(r.BudgetBytes))
 	var done, partial float64

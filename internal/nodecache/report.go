@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/aiinference/operator/internal/nodecachespec"
 )
 
 // fieldManager owns the node's cache labels and its ConfigMap.
@@ -38,12 +42,12 @@ func (r *reporter) report(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rep := Report{Node: r.node, BudgetBytes: r.store.Budget, Entries: entries}
+	rep := nodecachespec.Report{Node: r.node, BudgetBytes: r.store.Budget, Entries: entries}
 	for _, e := range entries {
 		rep.UsedBytes += e.Bytes
 	}
 	r.metrics.observe(rep)
-	body, err := json.Marshal(rep)
+	body, err := boundedReport(rep, maxReportBytes)
 	if err != nil {
 		return err
 	}
@@ -54,9 +58,9 @@ func (r *reporter) report(ctx context.Context) error {
 		"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{
 			"name": "model-cache-" + r.node, "namespace": r.namespace,
-			"labels": map[string]any{StateLabel: r.node},
+			"labels": map[string]any{nodecachespec.StateLabel: r.node},
 		},
-		"data": map[string]any{StateKey: string(body)},
+		"data": map[string]any{nodecachespec.StateKey: string(body)},
 	}}
 	if err := r.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(cm), client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
 		return fmt.Errorf("writing the node's report: %w", err)
@@ -64,7 +68,7 @@ func (r *reporter) report(ctx context.Context) error {
 	labels := map[string]any{}
 	for _, e := range entries {
 		if e.Complete {
-			labels[NodeLabel(e.Key)] = "true"
+			labels[nodecachespec.NodeLabel(e.Key)] = "true"
 		}
 	}
 	// Applied whole: a label the plugin no longer sets (an evicted copy) is removed.
@@ -77,6 +81,60 @@ func (r *reporter) report(ctx context.Context) error {
 	}
 	r.last = string(body)
 	return nil
+}
+
+// maxReportBytes bounds the report: a ConfigMap holds at most 1 MiB, and a
+// report the API server refuses would leave every namespace's copies on the
+// node unreported.
+const maxReportBytes = 768 << 10
+
+// boundedReport is the report's JSON, within max bytes: when the copies do not
+// all fit, the ones in use, then the complete ones, then the most recently used
+// are kept, and the report says how many it left out.
+func boundedReport(rep nodecachespec.Report, max int) ([]byte, error) {
+	body, err := json.Marshal(rep)
+	if err != nil || len(body) <= max {
+		return body, err
+	}
+	byValue := slices.Clone(rep.Entries)
+	sort.SliceStable(byValue, func(i, j int) bool {
+		a, b := byValue[i], byValue[j]
+		if (a.Pods > 0) != (b.Pods > 0) {
+			return a.Pods > 0
+		}
+		if a.Complete != b.Complete {
+			return a.Complete
+		}
+		return a.LastUsed > b.LastUsed
+	})
+	// Room for the rest of the report, with the count of those left out.
+	rest := rep
+	rest.Entries, rest.Omitted = nil, len(rep.Entries)
+	head, err := json.Marshal(rest)
+	if err != nil {
+		return nil, err
+	}
+	room := max - len(head)
+	keep := map[string]bool{}
+	for _, e := range byValue {
+		b, err := json.Marshal(e)
+		if err != nil {
+			return nil, err
+		}
+		if len(b)+1 > room { // and a comma
+			break
+		}
+		room -= len(b) + 1
+		keep[e.Key] = true
+	}
+	rest.Entries = nil
+	for _, e := range rep.Entries { // in the report's own order
+		if keep[e.Key] {
+			rest.Entries = append(rest.Entries, e)
+		}
+	}
+	rest.Omitted = len(rep.Entries) - len(rest.Entries)
+	return json.Marshal(rest)
 }
 
 // run reports at once when kicked, and every interval in case a loader

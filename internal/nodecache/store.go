@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aiinference/operator/internal/loadspec"
+	"github.com/aiinference/operator/internal/nodecachespec"
 )
 
 // Store is the cache's folder on the node:
@@ -93,7 +94,7 @@ type Published struct {
 	Key     string
 	Outcome Outcome
 	// Evicted are the copies removed to make room.
-	Evicted []Entry
+	Evicted []nodecachespec.Entry
 	// HitBytes is the size of the complete copy handed to the pod.
 	HitBytes int64
 }
@@ -157,7 +158,7 @@ func (s *Store) Publish(r Request) (Published, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	key := Key(r.Namespace, r.Source, r.Endpoint)
+	key := nodecachespec.Key(r.Namespace, r.Source, r.Endpoint)
 	if v, err := readJSON[volume](s.volumePath(r.VolumeID)); err == nil && v.Target == r.Target {
 		if mounted, _ := s.Mounter.IsMounted(r.Target); mounted {
 			return Published{Key: v.Key, Outcome: s.outcomeOf(v.Key)}, nil
@@ -259,7 +260,7 @@ func (s *Store) Unpublish(volumeID, target string) error {
 // makeRoom evicts copies no pod has mounted, least recently used first, until
 // need more bytes fit the budget. It never evicts a copy in use: if they alone
 // leave no room, it says the model does not fit.
-func (s *Store) makeRoom(need int64) ([]Entry, bool, error) {
+func (s *Store) makeRoom(need int64) ([]nodecachespec.Entry, bool, error) {
 	if s.Budget <= 0 {
 		return nil, true, nil
 	}
@@ -267,14 +268,19 @@ func (s *Store) makeRoom(need int64) ([]Entry, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
+	if need > s.Budget {
+		return nil, false, nil
+	}
+	// Compared as used <= Budget-need: need comes from a volume attribute, and
+	// used+need could overflow (sizeBytes 9223372036854775807).
 	var used int64
 	for _, e := range entries {
 		used += e.Bytes
 	}
-	if used+need <= s.Budget {
+	if used <= s.Budget-need {
 		return nil, true, nil
 	}
-	var idle []Entry
+	var idle []nodecachespec.Entry
 	for _, e := range entries {
 		if e.Pods == 0 {
 			idle = append(idle, e)
@@ -285,12 +291,12 @@ func (s *Store) makeRoom(need int64) ([]Entry, bool, error) {
 	for _, e := range idle {
 		freeable += e.Bytes
 	}
-	if used-freeable+need > s.Budget {
+	if used-freeable > s.Budget-need {
 		return nil, false, nil // evicting everything idle would not make room: keep them
 	}
-	var evicted []Entry
+	var evicted []nodecachespec.Entry
 	for _, e := range idle {
-		if used+need <= s.Budget {
+		if used <= s.Budget-need {
 			break
 		}
 		// The record goes first: a copy without one is never handed out again.
@@ -305,13 +311,13 @@ func (s *Store) makeRoom(need int64) ([]Entry, bool, error) {
 }
 
 // Entries are the copies on the node, oldest use first.
-func (s *Store) Entries() ([]Entry, error) {
+func (s *Store) Entries() ([]nodecachespec.Entry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.entries()
 }
 
-func (s *Store) entries() ([]Entry, error) {
+func (s *Store) entries() ([]nodecachespec.Entry, error) {
 	vols, err := s.volumes()
 	if err != nil {
 		return nil, err
@@ -324,13 +330,16 @@ func (s *Store) entries() ([]Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []Entry
+	var out []nodecachespec.Entry
 	for _, d := range dirs {
 		if !d.IsDir() {
 			continue
 		}
 		key := d.Name()
 		rec, err := readJSON[record](s.recordPath(key))
+		if err == nil && (len(rec.Source) > nodecachespec.MaxAttrLength || len(rec.Endpoint) > nodecachespec.MaxAttrLength) {
+			err = errors.New("written before attributes were bounded") // never handed out again
+		}
 		if err != nil {
 			// An eviction killed between its two steps: finish it, unless in use.
 			if pods[key] == 0 {
@@ -338,7 +347,7 @@ func (s *Store) entries() ([]Entry, error) {
 			}
 			continue
 		}
-		out = append(out, Entry{
+		out = append(out, nodecachespec.Entry{
 			Key: key, Namespace: rec.Namespace, Source: rec.Source, Endpoint: rec.Endpoint,
 			Bytes: diskUsage(s.copyDir(key)), Complete: complete(s.copyDir(key)),
 			LastUsed: rec.LastUsed.UTC().Format(time.RFC3339Nano), Pods: pods[key],

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aiinference/operator/internal/loadspec"
+	"github.com/aiinference/operator/internal/nodecachespec"
 )
 
 // fakeMounter records mounts instead of making them: the unit tests run
@@ -73,7 +74,7 @@ func (ts *testStore) load(id string, size int, done bool) {
 	}
 }
 
-func keysOf(entries []Entry) string {
+func keysOf(entries []nodecachespec.Entry) string {
 	var ks []string
 	for _, e := range entries {
 		ks = append(ks, strings.TrimPrefix(e.Source, "s3://bucket/"))

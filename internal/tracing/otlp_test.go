@@ -20,7 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/aiinference/operator/internal/tracing/tracingtest"
+	"github.com/aiinference/operator/test/tracingtest"
 )
 
 // TestExporterSendsWhatTheSDKRecorded exports a parent and a child span with

@@ -14,8 +14,10 @@ var Version = "v0.1.0"
 const (
 	OperatorRepository = "aiinference/operator"
 	LoaderRepository   = "aiinference/model-loader"
+	RouterRepository   = "aiinference/router"
 )
 
 // OperatorImage and LoaderImage are the images of this version.
 func OperatorImage() string { return OperatorRepository + ":" + Version }
 func LoaderImage() string   { return LoaderRepository + ":" + Version }
+func RouterImage() string   { return RouterRepository + ":" + Version }

@@ -20,6 +20,13 @@ func TestManifestsNameThisVersion(t *testing.T) {
 	if len(images) != 1 || string(images[0][1]) != OperatorImage() {
 		t.Errorf("config/manager/manager.yaml names %q, want image %s", images, OperatorImage())
 	}
+	router, err := os.ReadFile("../../config/router/router.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if images := regexp.MustCompile(`image:\s*(\S+)`).FindAllSubmatch(router, -1); len(images) != 1 || string(images[0][1]) != RouterImage() {
+		t.Errorf("config/router/router.yaml names %q, want image %s", images, RouterImage())
+	}
 	if LoaderImage() != "aiinference/model-loader:"+Version {
 		t.Errorf("LoaderImage() = %s", LoaderImage())
 	}

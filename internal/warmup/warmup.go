@@ -29,6 +29,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/aiinference/operator/internal/outbound"
 )
 
 // API is how the gate asks the engine for a completion.
@@ -98,8 +100,9 @@ type Gate struct {
 func New(opts Options) *Gate {
 	return &Gate{
 		opts: opts,
-		// No proxy: the engine is in the same pod.
-		client: &http.Client{Transport: &http.Transport{Proxy: nil}},
+		// Within RequestTimeout (the context's), as the engine's first
+		// completion may take long: the client's own bound is the whole warm-up's.
+		client: outbound.New(opts.Timeout),
 		state:  "waiting for the engine's first completion",
 	}
 }

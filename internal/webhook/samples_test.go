@@ -15,8 +15,8 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	servingv1alpha1 "github.com/aiinference/operator/api/v1alpha1"
-	"github.com/aiinference/operator/internal/testutil"
 	"github.com/aiinference/operator/internal/webhook"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 // Every AIInference sample, of either version, passes the validating webhooks

@@ -8,8 +8,8 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/aiinference/operator/internal/testutil"
 	"github.com/aiinference/operator/internal/webhook"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 // The CRD that `make install` and `make demo` apply, with no conversion

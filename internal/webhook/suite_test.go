@@ -27,8 +27,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/aiinference/operator/internal/manager"
-	"github.com/aiinference/operator/internal/testutil"
 	"github.com/aiinference/operator/internal/webhook"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 // The suite runs a real kube-apiserver and etcd (envtest) and the real manager

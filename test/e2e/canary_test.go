@@ -19,8 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/localcluster"
-	"github.com/aiinference/operator/internal/testutil"
+	"github.com/aiinference/operator/test/localcluster"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 // A canary with maxSurge 0 on a GPU pool that has no free GPU: a stable replica

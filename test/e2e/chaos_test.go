@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/localcluster"
+	"github.com/aiinference/operator/test/localcluster"
 )
 
 // chaosLongEnv runs the chaos test's long version: a longer workload phase with

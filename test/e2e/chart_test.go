@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/aiinference/operator/internal/localcluster"
-	"github.com/aiinference/operator/internal/testutil"
+	"github.com/aiinference/operator/test/localcluster"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 // TestChartInstallsAndItsPermissionsServe renders the Helm chart (helm v4 from

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/localcluster"
+	"github.com/aiinference/operator/test/localcluster"
 )
 
 // The shared cluster's Gateway API data plane: Traefik on the host, started by

@@ -25,8 +25,8 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	servingv1alpha1 "github.com/aiinference/operator/api/v1alpha1"
-	"github.com/aiinference/operator/internal/testutil"
 	"github.com/aiinference/operator/internal/version"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 // TestRealNodeOperatorPodFromTheChart installs the operator as a user would:

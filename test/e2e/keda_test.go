@@ -29,7 +29,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/localcluster"
+	"github.com/aiinference/operator/test/localcluster"
 )
 
 // The bring-your-own autoscaler: KEDA's operator (v2.20.2, built from its Go

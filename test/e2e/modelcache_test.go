@@ -24,10 +24,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/loader/s3test"
 	"github.com/aiinference/operator/internal/loadspec"
-	"github.com/aiinference/operator/internal/localcluster"
-	"github.com/aiinference/operator/internal/nodecache"
+	"github.com/aiinference/operator/internal/nodecachespec"
+	"github.com/aiinference/operator/test/localcluster"
+	"github.com/aiinference/operator/test/s3test"
 )
 
 // modelCacheNamespace receives the real nodes' cache reports.
@@ -102,11 +102,11 @@ func cacheEvents(g Gomega, ns string) map[string]int {
 }
 
 // nodeReport is a node's report of its copies.
-func nodeReport(g Gomega, node string) nodecache.Report {
+func nodeReport(g Gomega, node string) nodecachespec.Report {
 	cm := &corev1.ConfigMap{}
 	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: modelCacheNamespace, Name: "model-cache-" + node}, cm)).To(Succeed())
-	var r nodecache.Report
-	g.Expect(json.Unmarshal([]byte(cm.Data[nodecache.StateKey]), &r)).To(Succeed())
+	var r nodecachespec.Report
+	g.Expect(json.Unmarshal([]byte(cm.Data[nodecachespec.StateKey]), &r)).To(Succeed())
 	return r
 }
 
@@ -159,11 +159,11 @@ func TestRealNodeModelCacheDownloadsOncePerNode(t *testing.T) {
 		g.Expect(events["ModelCacheNew"]+events["ModelCacheShared"]+events["ModelCacheComplete"]).To(Equal(3), "events %v", events)
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 
-	key := nodecache.Key(obj.Namespace, "s3://"+store.Bucket+"/"+prefix, store.Endpoint)
+	key := nodecachespec.Key(obj.Namespace, "s3://"+store.Bucket+"/"+prefix, store.Endpoint)
 	for node, pods := range placed {
 		g.Eventually(func(g Gomega) {
 			r := nodeReport(g, node)
-			var entry *nodecache.Entry
+			var entry *nodecachespec.Entry
 			for i := range r.Entries {
 				if r.Entries[i].Key == key {
 					entry = &r.Entries[i]
@@ -175,7 +175,7 @@ func TestRealNodeModelCacheDownloadsOncePerNode(t *testing.T) {
 			g.Expect(entry.Bytes).To(BeNumerically(">=", 6<<20))
 			n := &corev1.Node{}
 			g.Expect(k8s.Get(ctx, client.ObjectKey{Name: node}, n)).To(Succeed())
-			g.Expect(n.Labels).To(HaveKeyWithValue(nodecache.NodeLabel(key), "true"))
+			g.Expect(n.Labels).To(HaveKeyWithValue(nodecachespec.NodeLabel(key), "true"))
 		}).WithTimeout(30 * time.Second).Should(Succeed())
 	}
 
@@ -330,7 +330,7 @@ func onNodeCache(base *servingv1.AIInference, name, prefix string, size int64, n
 
 // copyOf is the node's copy of obj's model on the host.
 func copyOf(c localcluster.ModelCacheNode, obj *servingv1.AIInference) string {
-	key := nodecache.Key(obj.Namespace, "s3://"+obj.Spec.Model.Source.S3.Bucket+"/"+obj.Spec.Model.Source.S3.Prefix, obj.Spec.Model.Source.S3.Endpoint)
+	key := nodecachespec.Key(obj.Namespace, "s3://"+obj.Spec.Model.Source.S3.Bucket+"/"+obj.Spec.Model.Source.S3.Prefix, obj.Spec.Model.Source.S3.Endpoint)
 	return filepath.Join(c.Dir, "models", key)
 }
 

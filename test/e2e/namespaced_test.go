@@ -20,8 +20,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/localcluster"
-	"github.com/aiinference/operator/internal/testutil"
+	"github.com/aiinference/operator/test/localcluster"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 // TestNamespaceModeWithRolesOnly runs the operator binary with

@@ -22,8 +22,8 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/localcluster"
 	"github.com/aiinference/operator/internal/warmup"
+	"github.com/aiinference/operator/test/localcluster"
 )
 
 // startNetworkPolicy runs the shared cluster's NetworkPolicy implementation on

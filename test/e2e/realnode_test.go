@@ -29,9 +29,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/loader/s3test"
 	"github.com/aiinference/operator/internal/loadspec"
-	"github.com/aiinference/operator/internal/localcluster"
+	"github.com/aiinference/operator/test/localcluster"
+	"github.com/aiinference/operator/test/s3test"
 )
 
 // The tests in this file run pods for real on the cluster's real node: the model

@@ -25,10 +25,10 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/loader"
-	"github.com/aiinference/operator/internal/loader/s3test"
 	"github.com/aiinference/operator/internal/loadspec"
-	"github.com/aiinference/operator/internal/localcluster"
-	"github.com/aiinference/operator/internal/testutil"
+	"github.com/aiinference/operator/test/localcluster"
+	"github.com/aiinference/operator/test/s3test"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 // The failure reasons of issue 12, end to end: for each cause, an AIInference
@@ -41,7 +41,7 @@ import (
 //   - the real scheduler (no node of the accepted products, no free GPU), the
 //     real API server's admission (ResourceQuota, Pod Security), and API
 //     objects (a missing PVC, a name taken);
-//   - the simulated kubelets' failure behaviours (internal/localcluster's
+//   - the simulated kubelets' failure behaviours (test/localcluster's
 //     chaos.go): the loader's and the warm-up gate's exits, and the engine's
 //     crash loop. The loader's termination message is what the real loader
 //     writes: its summary built by its own FailureOf and ExitCode

@@ -48,9 +48,9 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/localcluster"
 	"github.com/aiinference/operator/internal/manager"
-	"github.com/aiinference/operator/internal/testutil"
+	"github.com/aiinference/operator/test/localcluster"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 // defaultParallel is how many tests run at once when -parallel is not given

@@ -16,6 +16,7 @@ import (
 	"github.com/aiinference/operator/internal/activator"
 	"github.com/aiinference/operator/internal/controller/aiinference"
 	"github.com/aiinference/operator/internal/loader"
+	"github.com/aiinference/operator/internal/router"
 )
 
 // otherMetrics are the metrics the dashboard may name besides the operator's
@@ -104,7 +105,7 @@ func TestDashboard(t *testing.T) {
 		t.Fatal(err)
 	}
 	known := map[string]bool{}
-	for _, n := range slices.Concat(aiinference.MetricNames(), activator.MetricNames(), otherMetrics, loaderMetrics(t)) {
+	for _, n := range slices.Concat(aiinference.MetricNames(), activator.MetricNames(), router.MetricNames(), otherMetrics, loaderMetrics(t)) {
 		known[n] = true
 	}
 	if len(known) < 20 {

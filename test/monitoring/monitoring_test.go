@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/aiinference/operator/internal/loadspec"
-	"github.com/aiinference/operator/internal/testutil"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 // readStrict reads a manifest of config/prometheus into its API type, refusing
@@ -131,4 +131,17 @@ func TestMonitors(t *testing.T) {
 	if !pm.Spec.NamespaceSelector.Any {
 		t.Error("the PodMonitor must look in every namespace")
 	}
+	// The router's series name the model's namespace: honorLabels keeps it.
+	var router monitoringv1.PodMonitor
+	readStrict(t, "router_podmonitor.yaml", &router)
+	if len(router.Spec.PodMetricsEndpoints) != 1 || ptrValue(router.Spec.PodMetricsEndpoints[0].Port) != "metrics" || !router.Spec.PodMetricsEndpoints[0].HonorLabels {
+		t.Errorf("the router's PodMonitor endpoints: %+v, want one on port metrics with honorLabels", router.Spec.PodMetricsEndpoints)
+	}
+}
+
+func ptrValue(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

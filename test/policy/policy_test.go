@@ -21,7 +21,7 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/manager"
-	"github.com/aiinference/operator/internal/testutil"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 // TestAdmissionPolicy applies config/policy as shipped and checks what it lets

@@ -39,9 +39,9 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/controller/aiinference"
-	"github.com/aiinference/operator/internal/localcluster"
 	"github.com/aiinference/operator/internal/manager"
-	"github.com/aiinference/operator/internal/testutil"
+	"github.com/aiinference/operator/test/localcluster"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 func main() {

@@ -10,7 +10,7 @@ import (
 
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
-	"github.com/aiinference/operator/internal/tracing/tracingtest"
+	"github.com/aiinference/operator/test/tracingtest"
 )
 
 // traceReceiver is the OTLP receiver a -trace run sends the operator's

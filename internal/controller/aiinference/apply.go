@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -239,8 +240,12 @@ func covers(existing, desired client.Object) (covered bool, added [][]string, er
 		return false, nil, err
 	}
 	extra := false
-	for _, path := range exactMaps[desired.GetObjectKind().GroupVersionKind().Kind] {
+	kind := kindOf(desired.GetObjectKind().GroupVersionKind().Kind)
+	for _, path := range kind.exactMaps {
 		extra = addedKeys(have, want, path, []string{}, &added) || extra
+	}
+	if kind.exactSpec {
+		extra = addedFields(have["spec"], want["spec"], []string{"spec"}, &added) || extra
 	}
 	for _, field := range []string{"spec", "data"} {
 		if !subset(have[field], want[field]) {
@@ -257,23 +262,36 @@ func covers(existing, desired client.Object) (covered bool, added [][]string, er
 	return !extra, added, nil
 }
 
-// exactMaps are the maps of a child whose every key the operator sets, by kind:
-// a key added there by hand changes what the child does (a Service selector with
-// one more key selects no pod; a node selector or a resource limit moves or
-// starves the pods), so it is removed as a changed value is put back. "*" is
-// every item of a list of named items. (Resource requests are not exact: the API
-// server copies a limit into a request left unset.) Other maps (metadata labels and
-// annotations, the pod template's annotations, where kubectl rollout restart
-// writes) keep what others add.
-var exactMaps = map[string][][]string{
-	"Service":   {{"spec", "selector"}},
-	"ConfigMap": {{"data"}},
-	"Deployment": {
-		{"spec", "template", "metadata", "labels"},
-		{"spec", "template", "spec", "nodeSelector"},
-		{"spec", "template", "spec", "containers", "*", "resources", "limits"},
-		{"spec", "template", "spec", "initContainers", "*", "resources", "limits"},
-	},
+// addedFields tells whether have holds a field that want lacks, at any depth,
+// and appends the paths of those outside lists to added (a merge patch
+// replaces a list whole). at is the path walked so far, nil once inside a list.
+func addedFields(have, want any, at []string, added *[][]string) bool {
+	found := false
+	switch h := have.(type) {
+	case map[string]any:
+		w, _ := want.(map[string]any)
+		for k, v := range h {
+			var next []string
+			if at != nil {
+				next = append(slices.Clone(at), k)
+			}
+			wv, ok := w[k]
+			if !ok {
+				found = true
+				if next != nil {
+					*added = append(*added, next)
+				}
+				continue
+			}
+			found = addedFields(v, wv, next, added) || found
+		}
+	case []any:
+		w, _ := want.([]any)
+		for i := range min(len(h), len(w)) {
+			found = addedFields(h[i], w[i], nil, added) || found
+		}
+	}
+	return found
 }
 
 // addedKeys tells whether the map at path in have holds keys that want's lacks,
@@ -381,6 +399,32 @@ func findNamed(list []any, name any) any {
 		if item.(map[string]any)["name"] == name {
 			return item
 		}
+	}
+	return nil
+}
+
+// deleteOwned deletes a child the spec no longer asks for, if this AIInference
+// controls it; anything else of that name is left alone. Only the cache is read:
+// it holds every child the operator made, so a pass with nothing to remove
+// costs no request.
+func (r *Reconciler) deleteOwned(ctx context.Context, s *scope, desired, existing client.Object) error {
+	if err := r.Get(ctx, client.ObjectKeyFromObject(desired), existing); err != nil {
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+			return nil
+		}
+		return fmt.Errorf("reading %s %s: %w", desired.GetObjectKind().GroupVersionKind().Kind, desired.GetName(), err)
+	}
+	if !metav1.IsControlledBy(existing, s.obj) || !existing.GetDeletionTimestamp().IsZero() {
+		return nil
+	}
+	kind := desired.GetObjectKind().GroupVersionKind().Kind
+	ctrl.LoggerFrom(ctx).Info("Deleting "+kind+" the spec no longer asks for", kind, klog.KObj(existing))
+	uid := existing.GetUID()
+	switch err := r.Delete(ctx, existing, client.Preconditions{UID: &uid}); {
+	case err == nil:
+		s.noteChange()
+	case !apierrors.IsNotFound(err) && !apierrors.IsConflict(err):
+		return fmt.Errorf("deleting %s %s: %w", kind, existing.GetName(), err)
 	}
 	return nil
 }

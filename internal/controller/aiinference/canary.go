@@ -3,18 +3,12 @@ package aiinference
 import (
 	"context"
 	"fmt"
-	"maps"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/analysis"
-	"github.com/aiinference/operator/internal/loadspec"
 )
 
 // A canary rollout (rollout.strategy Canary) runs the new spec as a second
@@ -28,26 +22,6 @@ const (
 	maxAnalysisRuns = 10
 	maxHistory      = 20
 )
-
-// Rollout decisions, recorded in status.rollout.history and as events.
-const (
-	decisionCanaryStarted  = "CanaryStarted"
-	decisionStepStarted    = "StepStarted"
-	decisionAnalysisPassed = "AnalysisPassed"
-	decisionPauseEnded     = "PauseEnded"
-	decisionPaused         = "Paused"
-	decisionResumed        = "Resumed"
-	decisionPromotedStep   = "StepPromoted"
-	decisionInconclusive   = "Inconclusive"
-	decisionPromoting      = "Promoting"
-	decisionPromoted       = "Promoted"
-	decisionRolledBack     = "RolledBack"
-	decisionAborted        = "Aborted"
-	decisionSuperseded     = "Superseded"
-)
-
-// warningDecisions are the decisions that need a person's attention.
-var warningDecisions = map[string]bool{decisionRolledBack: true, decisionAborted: true, decisionInconclusive: true}
 
 // rolloutPlan is what the canary rollout wants of the children in this pass.
 type rolloutPlan struct {
@@ -179,7 +153,7 @@ func (p *rolloutPass) applyDirectly() {
 	st := p.st
 	st.StableRevision, st.Weight = p.in.desiredRev, 0
 	if p.inProgress() && st.CanaryRevision != p.in.desiredRev {
-		p.decide(decisionSuperseded, "no stable replica to compare the canary with")
+		p.decide(servingv1.DecisionSuperseded, "no stable replica to compare the canary with")
 		st.Phase = ""
 	}
 }
@@ -190,7 +164,7 @@ func (p *rolloutPass) promote() {
 	st, in := p.st, p.in
 	if in.stableRev == in.desiredRev && in.stableRolledOut {
 		st.Phase, st.StableRevision, st.Weight, st.Message = servingv1.RolloutPromoted, in.desiredRev, 0, ""
-		p.decide(decisionPromoted, fmt.Sprintf("the stable pods run revision %s; the canary's pods are removed", in.desiredRev))
+		p.decide(servingv1.DecisionPromoted, fmt.Sprintf("the stable pods run revision %s; the canary's pods are removed", in.desiredRev))
 		return
 	}
 	p.runBothSets()
@@ -217,7 +191,7 @@ func (p *rolloutPass) promotionTraffic() {
 	}
 	for i := len(st.History) - 1; i >= 0; i-- {
 		d := st.History[i]
-		if d.Decision != decisionPromoting || d.Revision != st.CanaryRevision {
+		if d.Decision != servingv1.DecisionPromoting || d.Revision != st.CanaryRevision {
 			continue
 		}
 		if end := d.Time.Add(promotionDrain); in.now.Before(end) {
@@ -233,7 +207,7 @@ func (p *rolloutPass) promotionTraffic() {
 func (p *rolloutPass) settle() {
 	st, in := p.st, p.in
 	if p.inProgress() || st.Phase == servingv1.RolloutPromoting {
-		p.decide(decisionSuperseded, fmt.Sprintf("the spec is back to the stable revision %s; the canary of %s is removed", in.desiredRev, st.CanaryRevision))
+		p.decide(servingv1.DecisionSuperseded, fmt.Sprintf("the spec is back to the stable revision %s; the canary of %s is removed", in.desiredRev, st.CanaryRevision))
 		st.Phase = ""
 	}
 	st.StableRevision, st.Weight, st.Message, st.StepVerdicts = in.desiredRev, 0, "", nil
@@ -259,10 +233,10 @@ func (p *rolloutPass) runCanary() {
 	p.runBothSets()
 	switch {
 	case p.newAbort:
-		p.rollBack(decisionAborted, "aborted by hand (annotation "+servingv1.AnnotationAbort+"); all traffic is back on the stable pods")
+		p.rollBack(servingv1.DecisionAborted, "aborted by hand (annotation "+servingv1.AnnotationAbort+"); all traffic is back on the stable pods")
 		return
 	case in.loadsHalted != "":
-		p.rollBack(decisionRolledBack, fmt.Sprintf("the canary's model loads stopped (%s); all traffic is back on the stable pods", in.loadsHalted))
+		p.rollBack(servingv1.DecisionRolledBack, fmt.Sprintf("the canary's model loads stopped (%s); all traffic is back on the stable pods", in.loadsHalted))
 		return
 	}
 	if !p.stepStarted() || p.paused() {
@@ -283,12 +257,12 @@ func (p *rolloutPass) startCanary() {
 		return
 	}
 	if p.inProgress() && st.CanaryRevision != in.desiredRev {
-		p.decide(decisionSuperseded, fmt.Sprintf("a newer spec (revision %s) replaces the canary of %s", in.desiredRev, st.CanaryRevision))
+		p.decide(servingv1.DecisionSuperseded, fmt.Sprintf("a newer spec (revision %s) replaces the canary of %s", in.desiredRev, st.CanaryRevision))
 	}
 	*st = servingv1.RolloutStatus{StableRevision: in.stableRev, CanaryRevision: in.desiredRev, Phase: servingv1.RolloutProgressing,
 		History: st.History, LastHandledAbort: st.LastHandledAbort, LastHandledPromote: st.LastHandledPromote}
 	p.newAbort, p.newPromote = false, false
-	p.decide(decisionCanaryStarted, fmt.Sprintf("revision %s starts as a canary of %d pods next to the stable revision %s", in.desiredRev, canaryReplicaCount(p.c), in.stableRev))
+	p.decide(servingv1.DecisionCanaryStarted, fmt.Sprintf("revision %s starts as a canary of %d pods next to the stable revision %s", in.desiredRev, canaryReplicaCount(p.c), in.stableRev))
 }
 
 // rollBack sends all traffic back to the stable pods and removes the canary's.
@@ -311,7 +285,7 @@ func (p *rolloutPass) stepStarted() bool {
 		return false
 	}
 	startStep(st, p.c, p.in.now)
-	p.decide(decisionStepStarted, fmt.Sprintf("step %d of %d: the canary takes %d%% of the traffic", st.Step+1, len(p.c.Steps), st.Weight))
+	p.decide(servingv1.DecisionStepStarted, fmt.Sprintf("step %d of %d: the canary takes %d%% of the traffic", st.Step+1, len(p.c.Steps), st.Weight))
 	return true
 }
 
@@ -322,10 +296,10 @@ func (p *rolloutPass) paused() bool {
 	switch paused := p.in.obj.Annotations[servingv1.AnnotationPaused] == "true"; {
 	case paused && st.Phase != servingv1.RolloutPaused:
 		st.Phase = servingv1.RolloutPaused
-		p.decide(decisionPaused, "paused by hand (annotation "+servingv1.AnnotationPaused+")")
+		p.decide(servingv1.DecisionPaused, "paused by hand (annotation "+servingv1.AnnotationPaused+")")
 	case !paused && st.Phase == servingv1.RolloutPaused:
 		st.Phase = servingv1.RolloutProgressing
-		p.decide(decisionResumed, "resumed: the annotation "+servingv1.AnnotationPaused+" is gone")
+		p.decide(servingv1.DecisionResumed, "resumed: the annotation "+servingv1.AnnotationPaused+" is gone")
 	}
 	if st.Phase != servingv1.RolloutPaused {
 		return false
@@ -341,21 +315,21 @@ func (p *rolloutPass) runStep() (rolledBack bool) {
 	step := p.c.Steps[st.Step]
 	switch {
 	case p.newPromote:
-		p.advance(decisionPromotedStep, fmt.Sprintf("step %d promoted by hand (annotation %s)", st.Step+1, servingv1.AnnotationPromote))
+		p.advance(servingv1.DecisionPromotedStep, fmt.Sprintf("step %d promoted by hand (annotation %s)", st.Step+1, servingv1.AnnotationPromote))
 	case step.Pause != nil:
 		if step.Pause.Duration != nil && !p.in.now.Before(st.StepStartedAt.Add(step.Pause.Duration.Duration)) {
-			p.advance(decisionPauseEnded, fmt.Sprintf("the pause of step %d ended", st.Step+1))
+			p.advance(servingv1.DecisionPauseEnded, fmt.Sprintf("the pause of step %d ended", st.Step+1))
 		}
 	case step.Analysis != nil && st.Phase != servingv1.RolloutInconclusive:
 		switch analysisStep(st, step.Analysis, p.in) {
 		case servingv1.VerdictFail:
-			p.rollBack(decisionRolledBack, fmt.Sprintf("analysis failed at step %d: %s; all traffic is back on the stable pods", st.Step+1, failedChecks(st.Analysis)))
+			p.rollBack(servingv1.DecisionRolledBack, fmt.Sprintf("analysis failed at step %d: %s; all traffic is back on the stable pods", st.Step+1, failedChecks(st.Analysis)))
 			return true
 		case servingv1.VerdictInconclusive:
 			st.Phase = servingv1.RolloutInconclusive
-			p.decide(decisionInconclusive, fmt.Sprintf("analysis at step %d could not judge the canary (%s); promote or abort by hand", st.Step+1, failedChecks(st.Analysis)))
+			p.decide(servingv1.DecisionInconclusive, fmt.Sprintf("analysis at step %d could not judge the canary (%s); promote or abort by hand", st.Step+1, failedChecks(st.Analysis)))
 		case servingv1.VerdictPass:
-			p.advance(decisionAnalysisPassed, fmt.Sprintf("analysis passed at step %d", st.Step+1))
+			p.advance(servingv1.DecisionAnalysisPassed, fmt.Sprintf("analysis passed at step %d", st.Step+1))
 		}
 	}
 	return false
@@ -369,12 +343,12 @@ func (p *rolloutPass) advance(decision, message string) {
 	st.StepVerdicts = nil
 	if int(st.Step) >= len(p.c.Steps) {
 		st.Phase, st.StepStartedAt = servingv1.RolloutPromoting, nil
-		p.decide(decisionPromoting, fmt.Sprintf("every step passed: the stable pods take revision %s", p.in.desiredRev))
+		p.decide(servingv1.DecisionPromoting, fmt.Sprintf("every step passed: the stable pods take revision %s", p.in.desiredRev))
 		return
 	}
 	st.Phase = servingv1.RolloutProgressing
 	startStep(st, p.c, p.in.now)
-	p.decide(decisionStepStarted, fmt.Sprintf("step %d of %d: the canary takes %d%% of the traffic", st.Step+1, len(p.c.Steps), st.Weight))
+	p.decide(servingv1.DecisionStepStarted, fmt.Sprintf("step %d of %d: the canary takes %d%% of the traffic", st.Step+1, len(p.c.Steps), st.Weight))
 }
 
 // describe sets when to look again and the message for the phase the pass ends in.
@@ -459,102 +433,6 @@ func stepDue(st *servingv1.RolloutStatus, c *servingv1.CanarySpec) (time.Time, b
 	return time.Time{}, false
 }
 
-// analysisStep runs the current step's analysis when a run is due and judges the
-// step: Pass once enough runs passed, Fail or Inconclusive past their limits, ""
-// while it goes on.
-func analysisStep(st *servingv1.RolloutStatus, a *servingv1.AnalysisStep, in rolloutInput) servingv1.Verdict {
-	interval := analysisInterval(a)
-	last := st.StepStartedAt.Time
-	if run := lastRunOfStep(st); run != nil {
-		last = run.Time.Time
-	}
-	if in.now.Before(last.Add(interval)) {
-		return ""
-	}
-	run := in.analyze(st.Step, a)
-	run.Step, run.Time = st.Step, metav1.NewTime(in.now.Truncate(time.Second))
-	st.Analysis = append(st.Analysis, run)
-	if n := len(st.Analysis); n > maxAnalysisRuns {
-		st.Analysis = st.Analysis[n-maxAnalysisRuns:]
-	}
-	if st.StepVerdicts == nil {
-		st.StepVerdicts = &servingv1.VerdictCounts{}
-	}
-	switch run.Verdict {
-	case servingv1.VerdictPass:
-		st.StepVerdicts.Pass++
-	case servingv1.VerdictFail:
-		st.StepVerdicts.Fail++
-	default:
-		st.StepVerdicts.Inconclusive++
-	}
-	passed, failed, inconclusive := st.StepVerdicts.Pass, st.StepVerdicts.Fail, st.StepVerdicts.Inconclusive
-	switch {
-	case failed > a.FailureLimit:
-		return servingv1.VerdictFail
-	case inconclusive > a.InconclusiveLimit:
-		return servingv1.VerdictInconclusive
-	case passed >= max(a.Runs, 1):
-		return servingv1.VerdictPass
-	}
-	return ""
-}
-
-func analysisInterval(a *servingv1.AnalysisStep) time.Duration {
-	if a.Interval == nil || a.Interval.Duration <= 0 {
-		return time.Minute
-	}
-	return a.Interval.Duration
-}
-
-// tally says how the step's runs stand against its limits.
-func tally(counts *servingv1.VerdictCounts, a *servingv1.AnalysisStep) string {
-	var c servingv1.VerdictCounts
-	if counts != nil {
-		c = *counts
-	}
-	return fmt.Sprintf("%d of %d passing runs, %d failed (limit %d), %d inconclusive (limit %d)",
-		c.Pass, max(a.Runs, 1), c.Fail, a.FailureLimit, c.Inconclusive, a.InconclusiveLimit)
-}
-
-// failedChecks names what the latest run found wrong.
-func failedChecks(runs []servingv1.AnalysisRun) string {
-	if len(runs) == 0 {
-		return "no run"
-	}
-	run := runs[len(runs)-1]
-	msg := ""
-	for _, c := range run.Checks {
-		if c.Verdict == servingv1.VerdictPass {
-			continue
-		}
-		if msg != "" {
-			msg += "; "
-		}
-		msg += fmt.Sprintf("%s %s", c.Name, c.Verdict)
-		if c.Value != "" {
-			msg += fmt.Sprintf(" (value %s, threshold %s, %d samples)", c.Value, c.Threshold, c.Samples)
-		}
-		if c.Message != "" {
-			msg += ": " + c.Message
-		}
-	}
-	if msg == "" {
-		msg = "run " + string(run.Verdict)
-	}
-	return msg
-}
-
-// lastRunOfStep is the current step's latest analysis run; nil before its first.
-func lastRunOfStep(st *servingv1.RolloutStatus) *servingv1.AnalysisRun {
-	for i := len(st.Analysis) - 1; i >= 0; i-- {
-		if st.Analysis[i].Step == st.Step {
-			return &st.Analysis[i]
-		}
-	}
-	return nil
-}
-
 // readyShare is the canary's share of the ready replicas, in percent: while
 // the stable set is replaced, traffic goes where pods are ready.
 func readyShare(canaryReady, stableReady int32) int32 {
@@ -562,140 +440,6 @@ func readyShare(canaryReady, stableReady int32) int32 {
 		return 0
 	}
 	return int32(float64(canaryReady) * 100 / float64(canaryReady+stableReady))
-}
-
-// desiredCanaryConfigMap is the canary's loader configuration: the stable pods
-// keep theirs (a restarted stable pod loads the stable model).
-func desiredCanaryConfigMap(obj *servingv1.AIInference, config string, budget loadspec.Budget) (*corev1.ConfigMap, error) {
-	cm, err := desiredConfigMap(obj, config, budget)
-	if err != nil {
-		return nil, err
-	}
-	cm.Name = canaryConfigMapName(obj)
-	return cm, nil
-}
-
-// desiredCanaryDeployment runs the desired pods as canaries: the same template
-// and revision as the stable Deployment would get, marked as canary and reading
-// the canary's ConfigMap. A new canary revision replaces its pods one by one
-// without a surge, as GPUs are scarce.
-func desiredCanaryDeployment(obj *servingv1.AIInference, desired *appsv1.Deployment, replicas int32) *appsv1.Deployment {
-	d := desired.DeepCopy()
-	d.Name = canaryName(obj)
-	d.Labels[servingv1.LabelTrack] = servingv1.TrackCanary
-	selector := maps.Clone(selectorLabels(obj))
-	selector[servingv1.LabelTrack] = servingv1.TrackCanary
-	d.Spec.Selector = &metav1.LabelSelector{MatchLabels: selector}
-	d.Spec.Replicas = ptr.To(replicas)
-	d.Spec.Template.Labels[servingv1.LabelTrack] = servingv1.TrackCanary
-	for i := range d.Spec.Template.Spec.Volumes {
-		if v := &d.Spec.Template.Spec.Volumes[i]; v.Name == configVolume && v.ConfigMap != nil {
-			v.ConfigMap.Name = canaryConfigMapName(obj)
-		}
-	}
-	d.Spec.Strategy = noSurgeStrategy()
-	return d
-}
-
-// noSurgeStrategy replaces pods one at a time, taking one down before starting
-// its successor: the GPUs a canary rollout may use are already in use.
-func noSurgeStrategy() appsv1.DeploymentStrategy {
-	return appsv1.DeploymentStrategy{
-		Type: appsv1.RollingUpdateDeploymentStrategyType,
-		RollingUpdate: &appsv1.RollingUpdateDeployment{
-			MaxUnavailable: ptr.To(intstr.FromInt32(1)),
-			MaxSurge:       ptr.To(intstr.FromInt32(0)),
-		},
-	}
-}
-
-// desiredStableDeployment is the stable Deployment in a canary rollout: the
-// desired one, or, while a canary runs or after it was rolled back, the template
-// it runs now. Its replicas make room for the canary, and it replaces pods
-// without a surge (the canary holds the surge).
-func desiredStableDeployment(desired, observed *appsv1.Deployment, plan *rolloutPlan) *appsv1.Deployment {
-	d := desired.DeepCopy()
-	if plan.keepStableTemplate && observed != nil {
-		d.Spec.Template = *observed.Spec.Template.DeepCopy()
-	}
-	d.Spec.Replicas = ptr.To(plan.stableReplicas)
-	d.Spec.Strategy = noSurgeStrategy()
-	return d
-}
-
-// canaryTargets are the PromQL label matchers of the canary's and the stable
-// pods: Prometheus labels scraped pods with their namespace and name, and the
-// names of a Deployment's pods are <deployment>-<hash>-<suffix>.
-func canaryTargets(obj *servingv1.AIInference) (canary, stable string) {
-	pods := func(deployment string) string {
-		return fmt.Sprintf(`namespace=%q,pod=~%q`, obj.Namespace, deployment+"-[a-z0-9]+-[a-z0-9]+")
-	}
-	return pods(canaryName(obj)), pods(obj.Name)
-}
-
-// runAnalysis runs one analysis of the current step against Prometheus.
-func (r *Reconciler) runAnalysis(ctx context.Context, obj *servingv1.AIInference, step int32, a *servingv1.AnalysisStep) servingv1.AnalysisRun {
-	url, source := obj.Spec.Rollout.Canary.PrometheusURL, analysis.ObjectURL
-	if url == "" {
-		url, source = r.Options.PrometheusURL, analysis.OperatorURL
-	}
-	canary, stable := canaryTargets(obj)
-	in := AnalysisInput{PrometheusURL: url, URLSource: source, Engine: obj.Spec.Engine.Type, Step: step, Analysis: a,
-		Window: analysisInterval(a), CanarySelector: canary, StableSelector: stable}
-	if url == "" || r.Analyzer == nil {
-		return inconclusiveRun(a, "no Prometheus to query: set the operator's --prometheus-url or rollout.canary.prometheusURL")
-	}
-	ctx, cancel := context.WithTimeout(ctx, analysisTimeout)
-	defer cancel()
-	return r.Analyzer(ctx, in)
-}
-
-// analysisTimeout bounds one analysis run, so a slow Prometheus cannot hold a
-// reconcile worker.
-const analysisTimeout = 15 * time.Second
-
-// inconclusiveRun is a run whose every check could not be judged, for the reason given.
-func inconclusiveRun(a *servingv1.AnalysisStep, message string) servingv1.AnalysisRun {
-	run := servingv1.AnalysisRun{Verdict: servingv1.VerdictInconclusive}
-	for _, c := range a.Checks {
-		run.Checks = append(run.Checks, servingv1.CheckResult{Name: c.Name, Verdict: servingv1.VerdictInconclusive, Message: message})
-	}
-	return run
-}
-
-// AnalysisInput is one analysis run's question.
-type AnalysisInput struct {
-	// PrometheusURL is the Prometheus to query.
-	PrometheusURL string
-	// URLSource says who set PrometheusURL: the object's
-	// rollout.canary.prometheusURL, set by anyone who may edit it, shows nothing
-	// of what it answers but a status code and fixed reasons; the operator's
-	// --prometheus-url shows Prometheus's own error messages too.
-	URLSource analysis.URLSource
-	// Engine is the model server, whose metrics the built-in checks read.
-	Engine servingv1.EngineType
-	// Step is the index of the step; Analysis its checks and limits.
-	Step     int32
-	Analysis *servingv1.AnalysisStep
-	// Window is the span of requests a run looks at.
-	Window time.Duration
-	// CanarySelector and StableSelector are the PromQL label matchers of the
-	// canary's and the stable pods.
-	CanarySelector, StableSelector string
-}
-
-// Analyzer runs one analysis; the result's checks carry the values and verdicts.
-type Analyzer func(ctx context.Context, in AnalysisInput) servingv1.AnalysisRun
-
-// PrometheusAnalyzer runs an analysis with the engines' built-in queries (or the
-// user's) against the Prometheus the input names.
-func PrometheusAnalyzer(ctx context.Context, in AnalysisInput) servingv1.AnalysisRun {
-	q, err := analysis.NewPrometheus(in.PrometheusURL, in.URLSource)
-	if err != nil {
-		return inconclusiveRun(in.Analysis, fmt.Sprintf("cannot query Prometheus at %s: %v", in.PrometheusURL, err))
-	}
-	req := analysis.RequestFor(in.Engine, in.Step, *in.Analysis, analysis.Target{Selector: in.CanarySelector}, analysis.Target{Selector: in.StableSelector}, time.Now())
-	return analysis.Run(ctx, q, req)
 }
 
 // planRollout plans this pass of a canary rollout from what observe saw.

@@ -86,7 +86,7 @@ func TestCanaryStartsNextToTheStableSet(t *testing.T) {
 	if st := plan.status; st.Weight != 25 || st.StepStartedAt == nil {
 		t.Fatalf("canary ready: weight %d; want the first step's 25", st.Weight)
 	}
-	if got := decisionsOf(plan); len(got) != 1 || got[0] != decisionStepStarted {
+	if got := decisionsOf(plan); len(got) != 1 || got[0] != servingv1.DecisionStepStarted {
 		t.Errorf("decisions %v", got)
 	}
 	// Nothing changes: no decision, nothing new in status.
@@ -117,7 +117,7 @@ func TestFailedAnalysisRollsBackWithinTheStep(t *testing.T) {
 	if !plan.keepStableTemplate {
 		t.Error("a rolled-back canary must leave the stable template alone")
 	}
-	if got := decisionsOf(plan); len(got) != 1 || got[0] != decisionRolledBack {
+	if got := decisionsOf(plan); len(got) != 1 || got[0] != servingv1.DecisionRolledBack {
 		t.Errorf("decisions %v", got)
 	}
 	// It stays rolled back until a retry request or a new spec.
@@ -187,7 +187,7 @@ func TestStoppedLoadsAbortAndNewSpecsSupersede(t *testing.T) {
 	r.pass(0)
 	r.in.desiredRev = "newer"
 	plan := r.pass(time.Second)
-	if got := decisionsOf(plan); len(got) != 2 || got[0] != decisionSuperseded || got[1] != decisionCanaryStarted || plan.status.CanaryRevision != "newer" {
+	if got := decisionsOf(plan); len(got) != 2 || got[0] != servingv1.DecisionSuperseded || got[1] != servingv1.DecisionCanaryStarted || plan.status.CanaryRevision != "newer" {
 		t.Fatalf("a newer spec mid-canary: %v, canary revision %s", got, plan.status.CanaryRevision)
 	}
 	r.in.loadsHalted = servingv1.ReasonRetriesExhausted

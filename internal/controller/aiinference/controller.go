@@ -7,14 +7,12 @@ package aiinference
 import (
 	"context"
 	"errors"
-	"net/http"
 	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -39,8 +37,7 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/engine"
-	inferencev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
-	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	"github.com/aiinference/operator/internal/reasons"
 )
 
 // FieldOwner is the server-side apply field manager of the operator.
@@ -69,9 +66,6 @@ type Reconciler struct {
 	Analyzer Analyzer
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
-	// ScrapeClient reads the engines' /metrics for the autoscaler; nil: the
-	// default client.
-	ScrapeClient *http.Client
 	// Activator holds the requests of models at zero; nil: none runs, and no
 	// model goes to zero.
 	Activator Activator
@@ -82,6 +76,10 @@ type Reconciler struct {
 	// labelled nodecache.StateLabel, in the cache plugin's namespace), read for
 	// status.modelCache and watched; nil: not read, and the field is left out.
 	ModelCacheReports cache.Cache
+	// RouterEndpoints holds the EndpointSlices of the router's Service
+	// (Options.RouterService in Options.OperatorNamespace), which routed
+	// models' Services lead to; nil: no router runs, and no model is routed.
+	RouterEndpoints cache.Cache
 
 	// apis remembers which optional traffic kinds the cluster serves.
 	apis servedAPIs
@@ -114,23 +112,19 @@ type scope struct {
 	// statusRead is the status the pass started from, kept when a step changes
 	// obj.Status for the rest of the pass (the autoscaler's count).
 	statusRead *servingv1.AIInferenceStatus
+	// router is where the router's ready pods are, for a routed model.
+	router routerView
 	// mu guards what steps that run at once write to obs; conflictKindRank is
-	// the conflictOrder of obs.nameConflict.
+	// the conflictRank of obs.nameConflict's kind.
 	mu               sync.Mutex
 	conflictKindRank int
 }
 
 // +kubebuilder:rbac:groups=serving.aiinference.io,resources=aiinferences,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=serving.aiinference.io,resources=aiinferences/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=services;configmaps;persistentvolumeclaims,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=inference.networking.k8s.io,resources=inferencepools,verbs=get;list;watch;create;update;patch;delete
 
 // Reconcile brings the children of one AIInference in line with its spec and
 // writes what it observed to its status.
@@ -207,6 +201,7 @@ func (r *Reconciler) reconcileSteps(ctx context.Context, s *scope) error {
 	}); err != nil {
 		return err
 	}
+	s.obs.sourceMode = ociMode(s.obj, r.Options)
 	if s.config, err = desiredConfig(s.obj); err != nil {
 		return specError{err}
 	}
@@ -248,16 +243,18 @@ func unusableObject(obj *servingv1.AIInference) *problem {
 	return nil
 }
 
-// writeChildren writes the children in two rounds. First, at once, what
-// depends on nothing: the loader's ConfigMap and the cache claim, the Service
-// and the traffic objects. Then the Deployment, which names the ConfigMap's
-// hash and the claim, and which is not written while a child's name is taken
-// (pods that no Service of theirs would reach would hold GPUs for nothing).
+// writeChildren runs the children table's steps in two rounds. First, at
+// once, what depends on nothing: the loader's ConfigMap and the cache claim
+// (one after the other), the Service, the NetworkPolicies, the activator's
+// slice and the traffic objects. Then the Deployment, which names the
+// ConfigMap's hash and the claim, and which is not written while a child's
+// name is taken (pods that no Service of theirs would reach would hold GPUs
+// for nothing).
 func (r *Reconciler) writeChildren(ctx context.Context, s *scope) error {
 	var errs []error
 	var errsMu sync.Mutex
-	run := func(name string, step func(context.Context, *scope) error) error {
-		err := traced(ctx, name, func(ctx context.Context) error { return step(ctx, s) })
+	run := func(step string, write func(*Reconciler, context.Context, *scope) error) error {
+		err := traced(ctx, step, func(ctx context.Context) error { return write(r, ctx, s) })
 		if err != nil {
 			errsMu.Lock()
 			errs = append(errs, err)
@@ -265,33 +262,48 @@ func (r *Reconciler) writeChildren(ctx context.Context, s *scope) error {
 		}
 		return err
 	}
+	var needed, atOnce []child
+	for _, c := range children {
+		switch {
+		case c.round != firstRound || (c.wanted != nil && !c.wanted(r, s)):
+		case c.deploymentNeeds:
+			needed = append(needed, c)
+		default:
+			atOnce = append(atOnce, c)
+		}
+	}
 	dependenciesOK := true
+	if run("observeRouter", (*Reconciler).observeRouter) != nil {
+		// Without the router's pods the Service cannot be written right.
+		return kerrors.NewAggregate(errs)
+	}
 	var writes sync.WaitGroup
 	writes.Go(func() {
-		if run("reconcileConfigMap", r.reconcileConfigMap) != nil || run("reconcileCachePVC", r.reconcileCachePVC) != nil {
-			dependenciesOK = false
+		for _, c := range needed {
+			if run(c.step, c.write) != nil {
+				dependenciesOK = false
+				return
+			}
 		}
 	})
-	writes.Go(func() { _ = run("reconcileService", r.reconcileService) })
-	writes.Go(func() { _ = run("reconcileNetworkPolicies", r.reconcileNetworkPolicies) })
-	if r.Activator != nil {
-		writes.Go(func() { _ = run("reconcileActivatorSlice", r.reconcileActivatorSlice) })
-	}
-	if s.obs.referenceProblem == nil {
-		writes.Go(func() { _ = run("reconcileTraffic", r.reconcileTraffic) })
+	for _, c := range atOnce {
+		writes.Go(func() { _ = run(c.step, c.write) })
 	}
 	writes.Wait()
-	switch {
-	case s.obs.referenceProblem != nil:
-		skipped(ctx, "reconcileDeployment", "a referenced object is missing: "+s.obs.referenceProblem.reason)
-	case !dependenciesOK:
-		skipped(ctx, "reconcileDeployment", "a step it depends on failed (the loader ConfigMap or the cache claim)")
-	case s.obs.nameConflict != nil:
-		skipped(ctx, "reconcileDeployment", "a child's name is taken: "+s.obs.nameConflict.message)
-	default:
-		_ = run("reconcileDeployment", r.reconcileDeployment)
+	for _, c := range children {
+		switch {
+		case c.round != deploymentRound:
+		case s.obs.referenceProblem != nil:
+			skipped(ctx, c.step, "a referenced object is missing: "+s.obs.referenceProblem.reason)
+		case !dependenciesOK:
+			skipped(ctx, c.step, "a step it depends on failed (the loader ConfigMap or the cache claim)")
+		case s.obs.nameConflict != nil:
+			skipped(ctx, c.step, "a child's name is taken: "+s.obs.nameConflict.message)
+		default:
+			_ = run(c.step, c.write)
+		}
 	}
-	_ = run("replacePods", r.replacePods)
+	_ = run("replacePods", (*Reconciler).replacePods)
 	return kerrors.NewAggregate(errs)
 }
 
@@ -299,15 +311,6 @@ func (r *Reconciler) writeChildren(ctx context.Context, s *scope) error {
 type specError struct{ error }
 
 func (e specError) Unwrap() error { return e.error }
-
-// unwatchedReasons are the problems whose cause the operator does not watch (a
-// user's PVC, a CRD, the node cache's CSIDriver, an object it does not own
-// holding a child's name): the
-// object is looked at again after waitingRequeue.
-var unwatchedReasons = map[string]bool{
-	servingv1.ReasonPVCNotFound: true, servingv1.ReasonTrafficAPIMissing: true, servingv1.ReasonNameConflict: true,
-	servingv1.ReasonModelCacheNotInstalled: true,
-}
 
 // result turns what a pass met into its result, in one place: an error is
 // retried with the controller's back-off unless no retry can mend it; without
@@ -339,7 +342,7 @@ func (s *scope) result(statusErr error) (ctrl.Result, error) {
 		soonest = soonestOf(soonest, s.obs.autoscale.requeue)
 	}
 	for _, p := range []*problem{s.obs.referenceProblem, s.obs.nameConflict} {
-		if p != nil && unwatchedReasons[p.reason] {
+		if p != nil && reasons.Explain(p.reason).Unwatched {
 			soonest = soonestOf(soonest, waitingRequeue)
 		}
 	}
@@ -368,21 +371,17 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(concurrency, 1)}).
 		// A new generation, or a retry asked for through the requestedAt annotation.
 		For(&servingv1.AIInference{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		Owns(&appsv1.Deployment{}).
-		Owns(&corev1.Service{}).
-		Owns(&corev1.ConfigMap{}).
-		Owns(&corev1.PersistentVolumeClaim{}).
-		Owns(&networkingv1.NetworkPolicy{})
+		Named("aiinference")
 	// The traffic APIs are optional: their objects are watched when the cluster
-	// serves them at start-up.
-	if r.served(httpRouteKind) {
-		b = b.Owns(&gatewayv1.HTTPRoute{})
+	// serves them at start-up; the EndpointSlices when the activator or the
+	// router runs.
+	for _, k := range childKinds() {
+		if k.watched == nil || k.watched(r) {
+			b = b.Owns(k.object())
+		}
 	}
-	if r.served(inferencePoolKind) {
-		b = b.Owns(&inferencev1.InferencePool{})
-	}
-	if r.Activator != nil {
-		b = b.Owns(&discoveryv1.EndpointSlice{})
+	if r.RouterEndpoints != nil {
+		b = b.WatchesRawSource(source.Kind(r.RouterEndpoints, &discoveryv1.EndpointSlice{}, handler.TypedEnqueueRequestsFromMapFunc(r.routerSlicesToInferences)))
 	}
 	if r.Wake != nil {
 		b = b.WatchesRawSource(source.Channel(r.Wake, &handler.EnqueueRequestForObject{}))
@@ -393,7 +392,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
 	return b.
 		Watches(&servingv1.AIInference{}, unansweredFirst).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToInference)).
-		Named("aiinference").
 		Complete(r)
 }
 
@@ -425,16 +423,13 @@ func podToInference(_ context.Context, obj client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
 }
 
-// conflictOrder ranks the kinds of children whose name may be taken, so that a
-// pass reports the same conflict whichever step finds its own first.
-var conflictOrder = map[string]int{"ConfigMap": 1, "PersistentVolumeClaim": 2, "Deployment": 3, "Service": 4, "InferencePool": 5, "HTTPRoute": 6}
-
 // noteConflict records that a child's name is taken.
 func (s *scope) noteConflict(kind string, p *problem) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.obs.nameConflict == nil || conflictOrder[kind] < s.conflictKindRank {
-		s.obs.nameConflict, s.conflictKindRank = p, conflictOrder[kind]
+	rank := kindOf(kind).conflictRank
+	if s.obs.nameConflict == nil || rank < s.conflictKindRank {
+		s.obs.nameConflict, s.conflictKindRank = p, rank
 	}
 }
 

@@ -1,92 +1,16 @@
 package aiinference
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/reasons"
 )
-
-// patchStatus derives the status from this pass's observations and writes it
-// only when it changed, with events for the changes a person should see.
-func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
-	obj := s.obj
-	status := computeStatus(obj, s.obs, s.loads, s.now)
-	read := &obj.Status
-	if s.statusRead != nil {
-		read = s.statusRead
-	}
-	recordStatus(ctx, read, &status)
-	if equality.Semantic.DeepEqual(*read, status) {
-		metricsState.record(obj, &status, &status, s.now)
-		return nil
-	}
-	original := obj.DeepCopy()
-	original.Status = *read
-	obj.Status = status
-	// A merge patch carries only what differs from the object the pass started
-	// from. When the cache had not yet seen the last pass's status write, a field
-	// this pass sets back to its older value would be left out, and the last
-	// pass's value would stay (Ready saying SecretNotFound, the phase still
-	// Loading): the resourceVersion in the patch makes the API server refuse it
-	// then, and the pass is run again (see scope.result).
-	err := r.Status().Patch(ctx, obj, withReplicaCounts{client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{}), &status})
-	switch {
-	case errors.Is(err, context.Canceled) || apierrors.IsNotFound(err):
-		return nil
-	case apierrors.IsInvalid(err):
-		// The API server validates the whole object on a status write (a spec
-		// stored without conversion fails the schema): an event is all that can
-		// carry the message.
-		if ready := meta.FindStatusCondition(status.Conditions, servingv1.ConditionReady); ready != nil {
-			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ready.Reason, "Reconcile", "%s (its status cannot be written either: %v)", ready.Message, err)
-		}
-		return err
-	case err != nil:
-		return err
-	}
-	metricsState.record(obj, &original.Status, &status, s.now)
-	r.recordEvents(obj, &original.Status, s)
-	return nil
-}
-
-// withReplicaCounts is a status merge patch that always carries the replica
-// counts. A merge patch carries only what differs from the object the pass
-// started from, in which a count missing from storage reads 0: a count that
-// stayed 0 since creation would never be stored, and tools that read the field
-// (a multi-cluster hub's status feedback, the scale subresource) would find
-// nothing rather than 0.
-type withReplicaCounts struct {
-	client.Patch
-	status *servingv1.AIInferenceStatus
-}
-
-func (p withReplicaCounts) Data(obj client.Object) ([]byte, error) {
-	data, err := p.Patch.Data(obj)
-	if err != nil {
-		return nil, err
-	}
-	var patch map[string]any
-	if err := json.Unmarshal(data, &patch); err != nil {
-		return nil, err
-	}
-	status, _ := patch["status"].(map[string]any)
-	if status == nil {
-		status = map[string]any{}
-		patch["status"] = status
-	}
-	status["replicas"], status["readyReplicas"], status["updatedReplicas"] = p.status.Replicas, p.status.ReadyReplicas, p.status.UpdatedReplicas
-	return json.Marshal(patch)
-}
 
 // recordEvents makes an event for each rollout decision of the pass and one
 // per change of the Ready reason.
@@ -94,7 +18,7 @@ func (r *Reconciler) recordEvents(obj *servingv1.AIInference, before *servingv1.
 	if s.obs.rollout != nil {
 		for _, d := range s.obs.rollout.decisions {
 			eventType := corev1.EventTypeNormal
-			if warningDecisions[d.Decision] {
+			if servingv1.IsWarningDecision(d.Decision) {
 				eventType = corev1.EventTypeWarning
 			}
 			r.Recorder.Eventf(obj, nil, eventType, d.Decision, "Rollout", "Revision %s, step %d, canary weight %d%%: %s", d.Revision, d.Step+1, d.Weight, d.Message)
@@ -106,7 +30,7 @@ func (r *Reconciler) recordEvents(obj *servingv1.AIInference, before *servingv1.
 		return
 	}
 	eventType := corev1.EventTypeNormal
-	if warningReasons[after.Reason] {
+	if reasons.Explain(after.Reason).Warning {
 		eventType = corev1.EventTypeWarning
 	}
 	r.Recorder.Eventf(obj, nil, eventType, after.Reason, "Reconcile", "%s", after.Message)
@@ -144,24 +68,4 @@ func (m *readyReasons) forget(key types.NamespacedName) {
 	m.mu.Lock()
 	delete(m.last, key)
 	m.mu.Unlock()
-}
-
-// warningReasons are the Ready reasons that need a person's attention.
-var warningReasons = map[string]bool{
-	servingv1.ReasonLoadFailed:               true,
-	servingv1.ReasonRetriesExhausted:         true,
-	servingv1.ReasonRetryingLoad:             true,
-	servingv1.ReasonEngineCrashLooping:       true,
-	servingv1.ReasonWarmupFailed:             true,
-	servingv1.ReasonPodStartFailed:           true,
-	servingv1.ReasonUnschedulable:            true,
-	servingv1.ReasonSecretNotFound:           true,
-	servingv1.ReasonSecretKeyMissing:         true,
-	servingv1.ReasonPVCNotFound:              true,
-	servingv1.ReasonNameConflict:             true,
-	servingv1.ReasonInvalidName:              true,
-	servingv1.ReasonUndecodableSpec:          true,
-	servingv1.ReasonReconcileError:           true,
-	servingv1.ReasonPodCreateFailed:          true,
-	servingv1.ReasonProgressDeadlineExceeded: true,
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/reasons"
 )
 
 // The operator's own metrics, served beside controller-runtime's on the manager's
@@ -268,7 +269,7 @@ func (m *statusMetrics) record(obj *servingv1.AIInference, before, after *servin
 		}
 	}
 	if c := meta.FindStatusCondition(after.Conditions, servingv1.ConditionReady); c != nil && mem.readyReason != c.Reason {
-		if warningReasons[c.Reason] && mem.readyReason != "" {
+		if reasons.Explain(c.Reason).Warning && mem.readyReason != "" {
 			mem.failuresTotal = add(mem.failuresTotal, c.Reason, 1)
 		}
 		mem.readyReason = c.Reason
@@ -326,7 +327,7 @@ func (m *statusMetrics) countDecisions(key types.NamespacedName, decisions []ser
 	}
 	for _, d := range decisions {
 		mem.decisionsTotal = add(mem.decisionsTotal, d.Decision, 1)
-		if d.Decision == decisionRolledBack || d.Decision == decisionAborted {
+		if d.Decision == servingv1.DecisionRolledBack || d.Decision == servingv1.DecisionAborted {
 			mem.canaryRollbacksTotal++
 		}
 	}

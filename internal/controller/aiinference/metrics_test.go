@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	projtestutil "github.com/aiinference/operator/internal/testutil"
+	projtestutil "github.com/aiinference/operator/test/testutil"
 )
 
 func readyCond(status metav1.ConditionStatus, reason string, gen int64, at time.Time) metav1.Condition {
@@ -118,7 +118,7 @@ func TestMetricNamesPassPromtool(t *testing.T) {
 		LastLoad:   &servingv1.LoadReport{Bytes: 1, BytesFetched: 1, Duration: metav1.Duration{Duration: time.Second}},
 		Conditions: []metav1.Condition{readyCond(metav1.ConditionTrue, servingv1.ReasonReady, 1, now)}}
 	m.record(obj, &servingv1.AIInferenceStatus{Conditions: []metav1.Condition{readyCond(metav1.ConditionFalse, servingv1.ReasonLoadFailed, 1, now)}}, &st, now)
-	m.countDecisions(types.NamespacedName{Namespace: "lint-ns", Name: "llm"}, []servingv1.RolloutDecision{{Decision: decisionRolledBack}})
+	m.countDecisions(types.NamespacedName{Namespace: "lint-ns", Name: "llm"}, []servingv1.RolloutDecision{{Decision: servingv1.DecisionRolledBack}})
 	defer m.forget(types.NamespacedName{Namespace: "lint-ns", Name: "llm"})
 
 	text := scrape(t, m)

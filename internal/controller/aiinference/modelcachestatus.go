@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/nodecache"
+	"github.com/aiinference/operator/internal/nodecachespec"
 )
 
 // observeModelCache reads, for a model on the node cache, which nodes hold a
@@ -39,11 +39,11 @@ func (r *Reconciler) observeModelCache(ctx context.Context, s *scope) {
 
 // readNodeReports decodes the nodes' reports, in the order of their
 // ConfigMaps' names, skipping (and telling skip) those that cannot be read.
-func readNodeReports(cms []corev1.ConfigMap, skip func(*corev1.ConfigMap, error)) []nodecache.Report {
+func readNodeReports(cms []corev1.ConfigMap, skip func(*corev1.ConfigMap, error)) []nodecachespec.Report {
 	slices.SortFunc(cms, func(a, b corev1.ConfigMap) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
-	var reports []nodecache.Report
+	var reports []nodecachespec.Report
 	for i := range cms {
 		rep, err := readNodeReport(&cms[i])
 		if err != nil {
@@ -55,11 +55,11 @@ func readNodeReports(cms []corev1.ConfigMap, skip func(*corev1.ConfigMap, error)
 	return reports
 }
 
-func readNodeReport(cm *corev1.ConfigMap) (nodecache.Report, error) {
-	var rep nodecache.Report
-	data, ok := cm.Data[nodecache.StateKey]
+func readNodeReport(cm *corev1.ConfigMap) (nodecachespec.Report, error) {
+	var rep nodecachespec.Report
+	data, ok := cm.Data[nodecachespec.StateKey]
 	if !ok {
-		return rep, fmt.Errorf("no key %s", nodecache.StateKey)
+		return rep, fmt.Errorf("no key %s", nodecachespec.StateKey)
 	}
 	if err := json.Unmarshal([]byte(data), &rep); err != nil {
 		return rep, err
@@ -74,7 +74,7 @@ func readNodeReport(cm *corev1.ConfigMap) (nodecache.Report, error) {
 // sorted by node. When more nodes hold one than the list has room for, complete
 // copies are kept first and the rest are counted. A copy in progress carries no
 // size, which grows with every report.
-func modelCacheStatus(key string, reports []nodecache.Report) *servingv1.ModelCacheStatus {
+func modelCacheStatus(key string, reports []nodecachespec.Report) *servingv1.ModelCacheStatus {
 	st := &servingv1.ModelCacheStatus{Key: key}
 	seen := map[string]bool{}
 	var copies []servingv1.NodeModelCopy

@@ -9,21 +9,21 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/nodecache"
+	"github.com/aiinference/operator/internal/nodecachespec"
 )
 
 // More nodes hold a copy than status lists: the complete copies are kept, the
 // rest counted, the list sorted by node; a node reported twice counts once.
 func TestModelCacheStatusKeepsCompleteCopiesAndCountsTheRest(t *testing.T) {
 	g := NewWithT(t)
-	var reports []nodecache.Report
+	var reports []nodecachespec.Report
 	for i := range 150 {
-		reports = append(reports, nodecache.Report{Node: fmt.Sprintf("node-%03d", i), Entries: []nodecache.Entry{
+		reports = append(reports, nodecachespec.Report{Node: fmt.Sprintf("node-%03d", i), Entries: []nodecachespec.Entry{
 			{Key: "other", Complete: true, Bytes: 1},
 			{Key: "k", Complete: i%3 == 0, Bytes: 100, Pods: 1},
 		}})
 	}
-	reports = append(reports, nodecache.Report{Node: "node-000", Entries: []nodecache.Entry{{Key: "k", Bytes: 5}}})
+	reports = append(reports, nodecachespec.Report{Node: "node-000", Entries: []nodecachespec.Entry{{Key: "k", Bytes: 5}}})
 
 	st := modelCacheStatus("k", reports)
 	g.Expect(st.Key).To(Equal("k"))
@@ -49,7 +49,7 @@ func TestModelCacheStatusKeepsCompleteCopiesAndCountsTheRest(t *testing.T) {
 func TestReadNodeReportsSkipsWhatCannotBeRead(t *testing.T) {
 	g := NewWithT(t)
 	cm := func(name, data string) corev1.ConfigMap {
-		return corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "cache", Name: name}, Data: map[string]string{nodecache.StateKey: data}}
+		return corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "cache", Name: name}, Data: map[string]string{nodecachespec.StateKey: data}}
 	}
 	var skipped []string
 	reports := readNodeReports([]corev1.ConfigMap{

@@ -37,6 +37,14 @@ func desiredNetworkPolicies(obj *servingv1.AIInference, eng engine.Engine, opera
 			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: operatorNamespace}},
 			PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{OperatorPodLabel: OperatorPodName}},
 		})
+		if obj.RoutingEnabled() {
+			// The router passes on the requests of the peers above, after
+			// checking them against the same list (docs/routing.md).
+			from = append(from, networkingv1.NetworkPolicyPeer{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: operatorNamespace}},
+				PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{OperatorPodLabel: RouterPodName}},
+			})
+		}
 	}
 	ports := []networkingv1.NetworkPolicyPort{tcpPort(enginePort(obj, eng))}
 	if p := eng.MetricsPort(); p != 0 {
@@ -44,7 +52,7 @@ func desiredNetworkPolicies(obj *servingv1.AIInference, eng engine.Engine, opera
 	}
 	ingress = &networkingv1.NetworkPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: networkingv1.SchemeGroupVersion.String(), Kind: "NetworkPolicy"},
-		ObjectMeta: childMeta(obj, obj.Name+"-ingress"),
+		ObjectMeta: childMeta(obj, obj.IngressPolicyName()),
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: pods,
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
@@ -59,7 +67,7 @@ func desiredNetworkPolicies(obj *servingv1.AIInference, eng engine.Engine, opera
 	}
 	egress = &networkingv1.NetworkPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: networkingv1.SchemeGroupVersion.String(), Kind: "NetworkPolicy"},
-		ObjectMeta: childMeta(obj, obj.Name+"-egress"),
+		ObjectMeta: childMeta(obj, obj.EgressPolicyName()),
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: pods,
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},

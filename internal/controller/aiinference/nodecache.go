@@ -12,7 +12,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/nodecache"
+	"github.com/aiinference/operator/internal/nodecachespec"
 )
 
 // nodeCacheWeight is the scheduler's preference for a node that holds a
@@ -29,30 +29,34 @@ const nodeCacheWeight = 100
 // made. An operator that may not read CSIDrivers (namespace mode) cannot tell,
 // and goes on.
 func (r *Reconciler) checkNodeCacheInstalled(ctx context.Context) (*problem, error) {
-	err := r.APIReader.Get(ctx, client.ObjectKey{Name: nodecache.DriverName}, &storagev1.CSIDriver{})
+	err := r.APIReader.Get(ctx, client.ObjectKey{Name: nodecachespec.DriverName}, &storagev1.CSIDriver{})
 	switch {
 	case err == nil:
 		return nil, nil
 	case apierrors.IsNotFound(err):
 		return &problem{servingv1.ReasonModelCacheNotInstalled, fmt.Sprintf(
-			"spec.cache.type Node needs the node-local model cache, and the cluster has no CSIDriver %s: install it (the chart's modelCache.enabled=true) or choose another cache type", nodecache.DriverName)}, nil
+			"spec.cache.type Node needs the node-local model cache, and the cluster has no CSIDriver %s: install it (the chart's modelCache.enabled=true) or choose another cache type", nodecachespec.DriverName)}, nil
 	case apierrors.IsForbidden(err):
 		logf.FromContext(ctx).V(1).Info("Cannot check that the node cache is installed", "error", err.Error())
 		return nil, nil
 	}
-	return nil, fmt.Errorf("reading CSIDriver %s: %w", nodecache.DriverName, err)
+	return nil, fmt.Errorf("reading CSIDriver %s: %w", nodecachespec.DriverName, err)
 }
 
-// nodeCacheKey is the key of the model's copies on the nodes (see nodecache.Key).
+// nodeCacheKey is the key of the model's copies on the nodes (see nodecachespec.Key).
 func nodeCacheKey(obj *servingv1.AIInference) string {
 	source, endpoint := nodeCacheSource(obj)
-	return nodecache.Key(obj.Namespace, source, endpoint)
+	return nodecachespec.Key(obj.Namespace, source, endpoint)
 }
 
 func nodeCacheSource(obj *servingv1.AIInference) (source, endpoint string) {
 	config := loaderConfig(obj)
-	if config.S3 != nil {
+	switch {
+	case config.S3 != nil:
 		endpoint = config.S3.Endpoint
+	case config.HuggingFace != nil:
+		// A mirror may hold other bytes under the same name.
+		endpoint = config.HuggingFace.Endpoint
 	}
 	return config.Source, endpoint
 }
@@ -62,14 +66,14 @@ func nodeCacheSource(obj *servingv1.AIInference) (source, endpoint string) {
 // writes and the engine reads.
 func nodeCacheVolume(obj *servingv1.AIInference) *corev1.CSIVolumeSource {
 	source, endpoint := nodeCacheSource(obj)
-	attrs := map[string]string{nodecache.AttrSource: source}
+	attrs := map[string]string{nodecachespec.AttrSource: source}
 	if endpoint != "" {
-		attrs[nodecache.AttrEndpoint] = endpoint
+		attrs[nodecachespec.AttrEndpoint] = endpoint
 	}
 	if size := obj.Spec.Model.Size; size != nil {
-		attrs[nodecache.AttrSizeBytes] = strconv.FormatInt(size.Value(), 10)
+		attrs[nodecachespec.AttrSizeBytes] = strconv.FormatInt(size.Value(), 10)
 	}
-	return &corev1.CSIVolumeSource{Driver: nodecache.DriverName, VolumeAttributes: attrs}
+	return &corev1.CSIVolumeSource{Driver: nodecachespec.DriverName, VolumeAttributes: attrs}
 }
 
 // withNodeCachePreference adds, for a model on the node cache, the preference
@@ -87,7 +91,7 @@ func withNodeCachePreference(affinity *corev1.Affinity, obj *servingv1.AIInferen
 	}
 	affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution = append(affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution,
 		corev1.PreferredSchedulingTerm{Weight: nodeCacheWeight, Preference: corev1.NodeSelectorTerm{
-			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: nodecache.NodeLabel(nodeCacheKey(obj)), Operator: corev1.NodeSelectorOpExists}},
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: nodecachespec.NodeLabel(nodeCacheKey(obj)), Operator: corev1.NodeSelectorOpExists}},
 		}})
 	return affinity
 }

@@ -38,10 +38,10 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 		return fmt.Errorf("reading Deployment %s: %w", s.obj.Name, err)
 	}
 	canary := &appsv1.Deployment{}
-	if err := r.Get(ctx, client.ObjectKey{Namespace: s.obj.Namespace, Name: canaryName(s.obj)}, canary); err == nil && metav1.IsControlledBy(canary, s.obj) {
+	if err := r.Get(ctx, client.ObjectKey{Namespace: s.obj.Namespace, Name: s.obj.CanaryName()}, canary); err == nil && metav1.IsControlledBy(canary, s.obj) {
 		s.obs.canary = canary
 	} else if client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("reading Deployment %s: %w", canaryName(s.obj), err)
+		return fmt.Errorf("reading Deployment %s: %w", s.obj.CanaryName(), err)
 	}
 	pods := &corev1.PodList{}
 	if err := r.List(ctx, pods, client.InNamespace(s.obj.Namespace), client.MatchingLabels(selectorLabels(s.obj))); err != nil {
@@ -100,6 +100,9 @@ type podView struct {
 	LoaderStarted time.Time
 	// LoaderDone is true when the loader exited 0.
 	LoaderDone bool
+	// ImageVolumeDigest is the digest the kubelet reports for an image volume
+	// model, if any.
+	ImageVolumeDigest string
 	// LoaderSummary is the report of the loader's successful run, if any.
 	LoaderSummary *loadspec.Summary
 	// LoaderFinished is when the loader's successful run exited.
@@ -114,6 +117,10 @@ type podView struct {
 	EngineReady bool
 	// EngineCrashLoop explains a crash-looping engine; empty otherwise.
 	EngineCrashLoop string
+	// EngineCrashLoopSince is when the crash-looping engine last had a chance:
+	// the later of the loader's end and the pod's last turn to not ready; zero
+	// when neither is known.
+	EngineCrashLoopSince time.Time
 	// EngineLogWanted is true when the crash loop's last exit left no message:
 	// the last line of the engine's log is then worth reading.
 	EngineLogWanted bool
@@ -189,6 +196,8 @@ func observePod(pod *corev1.Pod, templateHash string) podView {
 			v.Unschedulable, v.UnschedulableSince = c.Message, c.LastTransitionTime.Time
 		case c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue:
 			v.Scheduled = true
+		case c.Type == corev1.PodReady && c.Status == corev1.ConditionFalse:
+			v.EngineCrashLoopSince = c.LastTransitionTime.Time // until the loader's end, below
 		}
 	}
 	for _, cs := range append(append([]corev1.ContainerStatus(nil), pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
@@ -207,11 +216,17 @@ func observePod(pod *corev1.Pod, templateHash string) podView {
 			observeWarmup(&v, cs)
 		}
 	}
+	hasLoader := slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == servingv1.LoaderContainerName })
 	for _, cs := range pod.Status.ContainerStatuses {
 		if cs.Name != servingv1.EngineContainerName {
 			continue
 		}
 		v.EngineReady = cs.Ready
+		v.ImageVolumeDigest = imageVolumeDigest(cs)
+		if !hasLoader && (cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil) {
+			// An image volume: the model is there once the engine has started.
+			v.LoaderDone = true
+		}
 		// Between two runs the kubelet shows CrashLoopBackOff; while the next run
 		// starts, only the restart count and the last exit tell the loop.
 		crashed := cs.RestartCount > 0 && !cs.Ready && cs.LastTerminationState.Terminated != nil
@@ -222,6 +237,11 @@ func observePod(pod *corev1.Pod, templateHash string) podView {
 				v.EngineCrashLoop += fmt.Sprintf("; last exit code %d (%s)%s", t.ExitCode, t.Reason, suffix(t.Message))
 			}
 			v.EngineLogWanted = t == nil || strings.TrimSpace(t.Message) == ""
+			if v.LoaderFinished.After(v.EngineCrashLoopSince) {
+				v.EngineCrashLoopSince = v.LoaderFinished
+			}
+		} else {
+			v.EngineCrashLoopSince = time.Time{}
 		}
 	}
 	return v
@@ -340,4 +360,47 @@ func suffix(msg string) string {
 		msg = msg[:maxLen] + "..."
 	}
 	return ": " + msg
+}
+
+// observation is what one reconcile pass saw; the status is derived from it alone.
+type observation struct {
+	// sourceMode is how an oci model reaches the pods ("" for other sources).
+	sourceMode servingv1.OCIMode
+	// referenceProblem is set when a referenced PVC is missing or an API the
+	// spec needs is not served. (A missing Secret shows in the pods: see
+	// missingSecret.)
+	referenceProblem *problem
+	// nameConflict is set when a child's name is taken by an object the
+	// AIInference does not control.
+	nameConflict *problem
+	// stepError is the error that stopped a step of this pass.
+	stepError error
+	// deployment is the observed Deployment; nil until it exists.
+	deployment *appsv1.Deployment
+	// canary is the observed canary Deployment of a canary rollout; nil when none.
+	canary *appsv1.Deployment
+	// rollout is the canary rollout's plan for this pass; nil with the Rolling
+	// strategy, or when the pass could not plan it.
+	rollout *rolloutPlan
+	// autoscale is what the autoscaler saw; nil without spec.autoscaling.
+	autoscale *autoscaleView
+	// endpoint is the model Service's URL once it was applied in this pass.
+	endpoint string
+	// podsSeen is false when the pods could not be listed: what status says of
+	// them is kept from the last pass.
+	podsSeen bool
+	// pods are the AIInference's pods, oldest first.
+	pods []podView
+	// childChanged is true when this pass wrote a child, so what was observed of the
+	// children may describe the previous spec.
+	childChanged bool
+	// modelCache is status.modelCache from the nodes' reports; nil for a model
+	// off the node cache or when the reports are not read.
+	modelCache *servingv1.ModelCacheStatus
+}
+
+// problem is a reason and a message a person can act on.
+type problem struct {
+	reason  string
+	message string
 }

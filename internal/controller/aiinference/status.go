@@ -2,6 +2,9 @@ package aiinference
 
 import (
 	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,55 +13,17 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/loadspec"
+	"github.com/aiinference/operator/internal/reasons"
 	"github.com/aiinference/operator/internal/units"
 )
-
-// observation is what one reconcile pass saw; the status is derived from it alone.
-type observation struct {
-	// referenceProblem is set when a referenced PVC is missing or an API the
-	// spec needs is not served. (A missing Secret shows in the pods: see
-	// missingSecret.)
-	referenceProblem *problem
-	// nameConflict is set when a child's name is taken by an object the
-	// AIInference does not control.
-	nameConflict *problem
-	// stepError is the error that stopped a step of this pass.
-	stepError error
-	// deployment is the observed Deployment; nil until it exists.
-	deployment *appsv1.Deployment
-	// canary is the observed canary Deployment of a canary rollout; nil when none.
-	canary *appsv1.Deployment
-	// rollout is the canary rollout's plan for this pass; nil with the Rolling
-	// strategy, or when the pass could not plan it.
-	rollout *rolloutPlan
-	// autoscale is what the autoscaler saw; nil without spec.autoscaling.
-	autoscale *autoscaleView
-	// endpoint is the model Service's URL once it was applied in this pass.
-	endpoint string
-	// podsSeen is false when the pods could not be listed: what status says of
-	// them is kept from the last pass.
-	podsSeen bool
-	// pods are the AIInference's pods, oldest first.
-	pods []podView
-	// childChanged is true when this pass wrote a child, so what was observed of the
-	// children may describe the previous spec.
-	childChanged bool
-	// modelCache is status.modelCache from the nodes' reports; nil for a model
-	// off the node cache or when the reports are not read.
-	modelCache *servingv1.ModelCacheStatus
-}
-
-// problem is a reason and a message a person can act on.
-type problem struct {
-	reason  string
-	message string
-}
 
 // rollout is how far the current spec has rolled out.
 type rollout struct {
@@ -156,7 +121,9 @@ func computeStatus(obj *servingv1.AIInference, obs observation, loads loadAssess
 	if at := obj.Annotations[servingv1.AnnotationRequestedAt]; at != "" {
 		st.LastHandledRequestedAt = at
 	}
+	st.Source = sourceStatus(obj, obs.sourceMode, nil)
 	if obs.podsSeen {
+		st.Source = sourceStatus(obj, obs.sourceMode, obs.pods)
 		st.LoadRetries = loads.failed
 		st.LoadBudget = loads.budget.DeepCopy()
 		st.LastFailure = loads.failure
@@ -169,7 +136,7 @@ func computeStatus(obj *servingv1.AIInference, obs observation, loads loadAssess
 		}
 	}
 
-	phase, ready := summarize(obj, obs, loads, ro)
+	phase, ready := summarize(obj, obs, loads, ro, now)
 	if ready.failure != nil && obs.podsSeen && loads.halted() == "" {
 		st.LastFailure = stableFailure(obj.Status.LastFailure, ready.failure, now)
 	}
@@ -271,7 +238,7 @@ type verdict struct {
 
 // summarize picks the phase and the Ready condition. The order matters: a problem a
 // person must fix outranks waiting, and the most advanced pod explains the wait.
-func summarize(obj *servingv1.AIInference, obs observation, loads loadAssessment, ro rollout) (servingv1.Phase, verdict) {
+func summarize(obj *servingv1.AIInference, obs observation, loads loadAssessment, ro rollout, now time.Time) (servingv1.Phase, verdict) {
 	for _, p := range []*problem{obs.referenceProblem, missingSecret(obj, obs.pods), obs.nameConflict} {
 		if p != nil {
 			return servingv1.PhasePending, verdict{status: metav1.ConditionFalse, reason: p.reason, message: p.message, stalled: true}
@@ -283,7 +250,7 @@ func summarize(obj *servingv1.AIInference, obs observation, loads loadAssessment
 	if reason := loads.halted(); reason != "" {
 		phase, msg := servingv1.PhaseFailed, haltMessage(obj, loads)
 		if f := loads.failure; f != nil {
-			msg += fixHint(f.Reason)
+			msg += reasons.Explain(f.Reason).Hint
 		}
 		if ro.ready > 0 {
 			phase = servingv1.PhaseDegraded
@@ -302,6 +269,13 @@ func summarize(obj *servingv1.AIInference, obs observation, loads loadAssessment
 	}
 
 	phase, v := waitingVerdict(obj, obs, loads, ro)
+	if f := v.failure; v.reason == servingv1.ReasonEngineCrashLooping && f != nil && !f.Time.IsZero() && now.Sub(f.Time.Time) > obj.LoadTimeout() {
+		// The kubelet restarts a crashing engine for ever; past the loading bound
+		// waiting longer is no use: the spec or the image must change.
+		v.stalled = true
+		v.message = fmt.Sprintf("%s; it has crash-looped for %s, longer than loading.timeout (%s): read its log (kubectl aii logs %s) "+
+			"and fix spec.engine (args, image) or spec.resources; the new spec's pods start afresh", v.message, now.Sub(f.Time.Time).Truncate(time.Second), obj.LoadTimeout(), obj.Name)
+	}
 	if ro.deadlineExceeded != "" {
 		v.reason, v.stalled = servingv1.ReasonProgressDeadlineExceeded, true
 		v.message = fmt.Sprintf("The rollout made no progress within progressDeadlineSeconds (%s); %s", ro.deadlineExceeded, v.message)
@@ -430,7 +404,7 @@ var podWaits = []struct {
 		}},
 	{func(p podView) bool { return p.EngineCrashLoop != "" },
 		func(_ *servingv1.AIInference, p podView) podWait {
-			return podWait{reason: servingv1.ReasonEngineCrashLooping, failure: p.EngineCrashLoop,
+			return podWait{reason: servingv1.ReasonEngineCrashLooping, failure: p.EngineCrashLoop, since: p.EngineCrashLoopSince,
 				message: fmt.Sprintf("pod %s: %s; check the engine's logs and engine.args", p.Name, p.EngineCrashLoop)}
 		}},
 	{func(p podView) bool { return p.WarmupFailure != "" },
@@ -457,21 +431,6 @@ var podWaits = []struct {
 		func(_ *servingv1.AIInference, p podView) podWait {
 			return podWait{reason: servingv1.ReasonLoading, message: fmt.Sprintf("pod %s is loading the model", p.Name)}
 		}},
-}
-
-// fixHint tells a person what to do about a permanent loader failure.
-func fixHint(reason string) string {
-	switch reason {
-	case loadspec.ReasonNotFound:
-		return "; check model.source (bucket, prefix, URL or path)"
-	case loadspec.ReasonAccessDenied:
-		return "; check the credentials Secret and the store's permissions"
-	case loadspec.ReasonChecksumMismatch:
-		return "; the stored model is corrupt or was changed during the load: re-upload it"
-	case loadspec.ReasonInvalidConfig:
-		return "; check model.source"
-	}
-	return ""
 }
 
 // lastLoad is the report of the most recent successful load among the pods.
@@ -621,4 +580,90 @@ func canaryVerdict(obj *servingv1.AIInference, obs observation, loads loadAssess
 			message: canaryAt + ": " + st.Message + "; " + stableServes}, true
 	}
 	return "", verdict{}, false
+}
+
+// gpuSummary is the GPU column of `kubectl get aii`.
+func gpuSummary(gpu servingv1.GPUSpec) string {
+	switch {
+	case gpu.Count == 0:
+		return "none"
+	case len(gpu.Products) == 0:
+		return fmt.Sprintf("%dx any", gpu.Count)
+	case len(gpu.Products) == 1:
+		return fmt.Sprintf("%dx %s", gpu.Count, gpu.Products[0])
+	default:
+		return fmt.Sprintf("%dx %s (+%d)", gpu.Count, gpu.Products[0], len(gpu.Products)-1)
+	}
+}
+
+// patchStatus derives the status from this pass's observations and writes it
+// only when it changed, with events for the changes a person should see.
+func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
+	obj := s.obj
+	status := computeStatus(obj, s.obs, s.loads, s.now)
+	read := &obj.Status
+	if s.statusRead != nil {
+		read = s.statusRead
+	}
+	recordStatus(ctx, read, &status)
+	if equality.Semantic.DeepEqual(*read, status) {
+		metricsState.record(obj, &status, &status, s.now)
+		return nil
+	}
+	original := obj.DeepCopy()
+	original.Status = *read
+	obj.Status = status
+	// A merge patch carries only what differs from the object the pass started
+	// from. When the cache had not yet seen the last pass's status write, a field
+	// this pass sets back to its older value would be left out, and the last
+	// pass's value would stay (Ready saying SecretNotFound, the phase still
+	// Loading): the resourceVersion in the patch makes the API server refuse it
+	// then, and the pass is run again (see scope.result).
+	err := r.Status().Patch(ctx, obj, withReplicaCounts{client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{}), &status})
+	switch {
+	case errors.Is(err, context.Canceled) || apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsInvalid(err):
+		// The API server validates the whole object on a status write (a spec
+		// stored without conversion fails the schema): an event is all that can
+		// carry the message.
+		if ready := meta.FindStatusCondition(status.Conditions, servingv1.ConditionReady); ready != nil {
+			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ready.Reason, "Reconcile", "%s (its status cannot be written either: %v)", ready.Message, err)
+		}
+		return err
+	case err != nil:
+		return err
+	}
+	metricsState.record(obj, &original.Status, &status, s.now)
+	r.recordEvents(obj, &original.Status, s)
+	return nil
+}
+
+// withReplicaCounts is a status merge patch that always carries the replica
+// counts. A merge patch carries only what differs from the object the pass
+// started from, in which a count missing from storage reads 0: a count that
+// stayed 0 since creation would never be stored, and tools that read the field
+// (a multi-cluster hub's status feedback, the scale subresource) would find
+// nothing rather than 0.
+type withReplicaCounts struct {
+	client.Patch
+	status *servingv1.AIInferenceStatus
+}
+
+func (p withReplicaCounts) Data(obj client.Object) ([]byte, error) {
+	data, err := p.Patch.Data(obj)
+	if err != nil {
+		return nil, err
+	}
+	var patch map[string]any
+	if err := json.Unmarshal(data, &patch); err != nil {
+		return nil, err
+	}
+	status, _ := patch["status"].(map[string]any)
+	if status == nil {
+		status = map[string]any{}
+		patch["status"] = status
+	}
+	status["replicas"], status["readyReplicas"], status["updatedReplicas"] = p.status.Replicas, p.status.ReadyReplicas, p.status.UpdatedReplicas
+	return json.Marshal(patch)
 }

@@ -9,7 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/testutil"
+	"github.com/aiinference/operator/internal/reasons"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 // TestMissingSecretIsToldByTheKubelet: the operator reads no Secret; a pod of
@@ -118,7 +119,7 @@ func TestMissingSecretIsToldByTheKubelet(t *testing.T) {
 				g.Expect(st.Phase).To(Equal(servingv1.PhasePending), "the loader cannot start")
 				g.Expect(stalled).NotTo(BeNil(), "a person must act: Stalled")
 				g.Expect(stalled.Reason).To(Equal(tt.reason))
-				g.Expect(warningReasons[tt.reason]).To(BeTrue(), "a Warning event")
+				g.Expect(reasons.Explain(tt.reason).Warning).To(BeTrue(), "a Warning event")
 			case servingv1.ReasonPodStartFailed:
 				g.Expect(ready.Message).To(ContainSubstring("container model-loader: CreateContainerConfigError: " + tt.message))
 				g.Expect(stalled).To(BeNil())

@@ -19,7 +19,8 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/loadspec"
-	"github.com/aiinference/operator/internal/testutil"
+	"github.com/aiinference/operator/internal/reasons"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 var now = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -258,6 +259,18 @@ func TestComputeStatus(t *testing.T) {
 			phase: servingv1.PhaseLoading, reason: servingv1.ReasonEngineCrashLooping, reconciling: true,
 		},
 		{
+			name: "an engine crash-looping within the loading bound is waited for", replicas: 1,
+			obs: observation{deployment: deploymentWith(1, 0, 1), pods: []podView{{Name: "a", Current: true, Scheduled: true, LoaderDone: true,
+				EngineCrashLoop: "restarted 5 times", EngineCrashLoopSince: now.Add(-servingv1.DefaultLoadTimeout + time.Minute)}}},
+			phase: servingv1.PhaseLoading, reason: servingv1.ReasonEngineCrashLooping, reconciling: true,
+		},
+		{
+			name: "an engine crash-looping past the loading bound is stalled", replicas: 1,
+			obs: observation{deployment: deploymentWith(1, 0, 1), pods: []podView{{Name: "a", Current: true, Scheduled: true, LoaderDone: true,
+				EngineCrashLoop: "restarted 40 times", EngineCrashLoopSince: now.Add(-servingv1.DefaultLoadTimeout - time.Minute)}}},
+			phase: servingv1.PhaseLoading, reason: servingv1.ReasonEngineCrashLooping, stalled: true,
+		},
+		{
 			name: "a healthy engine waits for its warm-up completion", replicas: 1,
 			obs:   observation{deployment: deploymentWith(1, 0, 1), pods: []podView{{Name: "a", Current: true, Scheduled: true, LoaderDone: true, EngineReady: true, WarmupPending: true}}},
 			phase: servingv1.PhaseLoading, reason: servingv1.ReasonWarmingUp, reconciling: true,
@@ -461,7 +474,7 @@ func TestWarmupFailureIsReported(t *testing.T) {
 	g.Expect(st.LastFailure.Reason).To(Equal(servingv1.ReasonWarmupFailed))
 	g.Expect(st.LastFailure.Message).To(Equal(failure))
 	g.Expect(st.LastFailure.Pod).To(Equal("a"))
-	g.Expect(warningReasons[servingv1.ReasonWarmupFailed]).To(BeTrue(), "a failing warm-up is a Warning event")
+	g.Expect(reasons.Explain(servingv1.ReasonWarmupFailed).Warning).To(BeTrue(), "a failing warm-up is a Warning event")
 }
 
 // fakeLogs is a fake LogReader: envtest runs no kubelet to serve logs.

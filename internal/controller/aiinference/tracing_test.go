@@ -24,7 +24,7 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/tracing"
-	"github.com/aiinference/operator/internal/tracing/tracingtest"
+	"github.com/aiinference/operator/test/tracingtest"
 )
 
 type nopRecorder struct{}
@@ -117,7 +117,7 @@ func TestReconcileTrace(t *testing.T) {
 	if a := attrs(root); a["aiinference.namespace"] != "ml" || a["aiinference.name"] != "llm" || a["aiinference.generation"] != "1" {
 		t.Errorf("Reconcile attributes: %v", a)
 	}
-	steps := []string{"checkReferences", "observe", "reconcileConfigMap", "reconcileCachePVC", "reconcileDeployment", "reconcileService", "reconcileNetworkPolicies", "reconcileTraffic", "replacePods", "patchStatus"}
+	steps := []string{"checkReferences", "observe", "observeRouter", "reconcileConfigMap", "reconcileCachePVC", "reconcileDeployment", "reconcileService", "reconcileNetworkPolicies", "reconcileRouting", "reconcileTraffic", "replacePods", "patchStatus"}
 	if len(spans) != len(steps)+1 {
 		t.Errorf("got %d spans, want the reconcile and its %d steps", len(spans), len(steps))
 	}

@@ -3,20 +3,15 @@ package aiinference
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"maps"
 	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	inferencev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -41,9 +36,6 @@ const (
 	splitInferencePool = "InferencePool"
 	splitReplicaCount  = "ReplicaCount"
 )
-
-func stableBackendName(obj *servingv1.AIInference) string { return obj.Name + "-stable" }
-func canaryBackendName(obj *servingv1.AIInference) string { return obj.Name + "-canary" }
 
 // gatewayTraffic is the Gateway traffic the spec asks for; nil: none.
 func gatewayTraffic(obj *servingv1.AIInference) *servingv1.GatewayTraffic {
@@ -134,8 +126,8 @@ func desiredHTTPRoute(obj *servingv1.AIInference, eng engine.Engine, gw *serving
 			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{parent}},
 			Hostnames:       hostnames,
 			Rules: []gatewayv1.HTTPRouteRule{{BackendRefs: []gatewayv1.HTTPBackendRef{
-				backend(stableBackendName(obj), 100-weight),
-				backend(canaryBackendName(obj), weight),
+				backend(obj.StableBackendName(), 100-weight),
+				backend(obj.CanaryBackendName(), weight),
 			}}},
 		},
 	}
@@ -240,8 +232,8 @@ func (r *Reconciler) reconcileTraffic(ctx context.Context, s *scope) error {
 	}
 	services := gw != nil && !usesInferencePools(gw)
 	children := []child{
-		{services, desiredTrackService(obj, s.engine, stableBackendName(obj), servingv1.TrackStable), &corev1.Service{}},
-		{services, desiredTrackService(obj, s.engine, canaryBackendName(obj), servingv1.TrackCanary), &corev1.Service{}},
+		{services, desiredTrackService(obj, s.engine, obj.StableBackendName(), servingv1.TrackStable), &corev1.Service{}},
+		{services, desiredTrackService(obj, s.engine, obj.CanaryBackendName(), servingv1.TrackCanary), &corev1.Service{}},
 	}
 	if r.served(inferencePoolKind) {
 		var pools servingv1.InferencePoolBackends
@@ -249,8 +241,8 @@ func (r *Reconciler) reconcileTraffic(ctx context.Context, s *scope) error {
 			pools = *gw.InferencePool
 		}
 		children = append(children,
-			child{usesInferencePools(gw), desiredInferencePool(obj, s.engine, stableBackendName(obj), servingv1.TrackStable, pools.StableEndpointPicker), &inferencev1.InferencePool{}},
-			child{usesInferencePools(gw), desiredInferencePool(obj, s.engine, canaryBackendName(obj), servingv1.TrackCanary, pools.CanaryEndpointPicker), &inferencev1.InferencePool{}})
+			child{usesInferencePools(gw), desiredInferencePool(obj, s.engine, obj.StableBackendName(), servingv1.TrackStable, pools.StableEndpointPicker), &inferencev1.InferencePool{}},
+			child{usesInferencePools(gw), desiredInferencePool(obj, s.engine, obj.CanaryBackendName(), servingv1.TrackCanary, pools.CanaryEndpointPicker), &inferencev1.InferencePool{}})
 	}
 	if r.served(httpRouteKind) {
 		route := &gatewayv1.HTTPRoute{TypeMeta: metav1.TypeMeta{APIVersion: gatewayv1.GroupVersion.String(), Kind: "HTTPRoute"}, ObjectMeta: childMeta(obj, obj.Name)}
@@ -269,32 +261,6 @@ func (r *Reconciler) reconcileTraffic(ctx context.Context, s *scope) error {
 		if err := r.deleteOwned(ctx, s, c.desired, c.existing); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// deleteOwned deletes a child the spec no longer asks for, if this AIInference
-// controls it; anything else of that name is left alone. Only the cache is read:
-// it holds every child the operator made, so a pass with nothing to remove
-// costs no request.
-func (r *Reconciler) deleteOwned(ctx context.Context, s *scope, desired, existing client.Object) error {
-	if err := r.Get(ctx, client.ObjectKeyFromObject(desired), existing); err != nil {
-		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
-			return nil
-		}
-		return fmt.Errorf("reading %s %s: %w", desired.GetObjectKind().GroupVersionKind().Kind, desired.GetName(), err)
-	}
-	if !metav1.IsControlledBy(existing, s.obj) || !existing.GetDeletionTimestamp().IsZero() {
-		return nil
-	}
-	kind := desired.GetObjectKind().GroupVersionKind().Kind
-	ctrl.LoggerFrom(ctx).Info("Deleting "+kind+" the spec no longer asks for", kind, klog.KObj(existing))
-	uid := existing.GetUID()
-	switch err := r.Delete(ctx, existing, client.Preconditions{UID: &uid}); {
-	case err == nil:
-		s.noteChange()
-	case !apierrors.IsNotFound(err) && !apierrors.IsConflict(err):
-		return fmt.Errorf("deleting %s %s: %w", kind, existing.GetName(), err)
 	}
 	return nil
 }

@@ -43,7 +43,7 @@ func (v *verifiedGenerations) record(key types.NamespacedName, uid types.UID, ge
 // forget drops the Deployments of an AIInference that is gone.
 func (v *verifiedGenerations) forget(inference types.NamespacedName) {
 	obj := &servingv1.AIInference{ObjectMeta: metav1.ObjectMeta{Namespace: inference.Namespace, Name: inference.Name}}
-	for _, name := range []string{obj.Name, canaryName(obj)} {
+	for _, name := range []string{obj.Name, obj.CanaryName()} {
 		v.m.Delete(types.NamespacedName{Namespace: obj.Namespace, Name: name})
 	}
 }

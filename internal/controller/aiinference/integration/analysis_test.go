@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/analysis/analysistest"
+	"github.com/aiinference/operator/test/analysistest"
 )
 
 // These tests judge canaries in the real manager against a real Prometheus server

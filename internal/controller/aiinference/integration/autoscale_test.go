@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/analysis/analysistest"
+	"github.com/aiinference/operator/test/analysistest"
 )
 
 // autoscaled is a test of one AIInference with spec.autoscaling whose serving

@@ -24,7 +24,7 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/loadspec"
-	"github.com/aiinference/operator/internal/testutil"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 const waitTimeout = 20 * time.Second
@@ -506,10 +506,35 @@ func TestInvalidSpecsAreRefusedWithAUsefulMessage(t *testing.T) {
 		mutate  func(*servingv1.AIInference)
 		message string
 	}{
-		{"no model source", func(o *servingv1.AIInference) { o.Spec.Model.Source = servingv1.ModelSource{} }, "must set exactly one of s3, pvc or http"},
+		{"no model source", func(o *servingv1.AIInference) { o.Spec.Model.Source = servingv1.ModelSource{} }, "must set exactly one of s3, pvc, http, huggingface or oci"},
 		{"two model sources", func(o *servingv1.AIInference) {
 			o.Spec.Model.Source.HTTP = &servingv1.HTTPSource{URL: "https://example.com/model.gguf"}
-		}, "must set exactly one of s3, pvc or http"},
+		}, "must set exactly one of s3, pvc, http, huggingface or oci"},
+		{"huggingface repository without organisation", func(o *servingv1.AIInference) {
+			o.Spec.Model.Source = servingv1.ModelSource{HuggingFace: &servingv1.HuggingFaceSource{Repository: "Qwen2.5-0.5B"}}
+		}, "huggingface.repository must be organisation/name"},
+		{"huggingface repository climbing out", func(o *servingv1.AIInference) {
+			o.Spec.Model.Source = servingv1.ModelSource{HuggingFace: &servingv1.HuggingFaceSource{Repository: "../etc"}}
+		}, "huggingface.repository must be organisation/name"},
+		{"huggingface revision with a space", func(o *servingv1.AIInference) {
+			o.Spec.Model.Source = servingv1.ModelSource{HuggingFace: &servingv1.HuggingFaceSource{Repository: "Qwen/Qwen2.5-0.5B", Revision: "main branch"}}
+		}, "huggingface.revision must be a branch, tag or commit name"},
+		{"huggingface endpoint not a URL", func(o *servingv1.AIInference) {
+			o.Spec.Model.Source = servingv1.ModelSource{HuggingFace: &servingv1.HuggingFaceSource{Repository: "Qwen/Qwen2.5-0.5B", Endpoint: "hf-mirror"}}
+		}, "huggingface.endpoint must be an http:// or https:// URL"},
+		{"oci reference without a tag", func(o *servingv1.AIInference) {
+			o.Spec.Model.Source = servingv1.ModelSource{OCI: &servingv1.OCISource{Reference: "registry.example.com/models/qwen"}}
+		}, "oci.reference must be registry/repository with a :tag or @sha256:digest"},
+		{"oci reference without a registry", func(o *servingv1.AIInference) {
+			o.Spec.Model.Source = servingv1.ModelSource{OCI: &servingv1.OCISource{Reference: "qwen:v1"}}
+		}, "oci.reference must be registry/repository"},
+		{"oci unknown mode", func(o *servingv1.AIInference) {
+			o.Spec.Model.Source = servingv1.ModelSource{OCI: &servingv1.OCISource{Reference: "registry.example.com/models/qwen:v1", Mode: "Copy"}}
+		}, `supported values: "Auto", "Loader", "ImageVolume"`},
+		{"oci image volume with a cache", func(o *servingv1.AIInference) {
+			o.Spec.Model.Source = servingv1.ModelSource{OCI: &servingv1.OCISource{Reference: "registry.example.com/models/qwen:v1", Mode: servingv1.OCIModeImageVolume}}
+			o.Spec.Cache = &servingv1.CacheSpec{Type: servingv1.CacheDisk}
+		}, "oci.mode ImageVolume mounts the artifact from the node's container runtime"},
 		{"bucket with capitals", func(o *servingv1.AIInference) { o.Spec.Model.Source.S3.Bucket = "My_Models" }, "s3.bucket must be a valid bucket name"},
 		{"endpoint not a URL", func(o *servingv1.AIInference) { o.Spec.Model.Source.S3.Endpoint = "minio:9000" }, "s3.endpoint must be an http:// or https:// URL"},
 		{"http url with another scheme", func(o *servingv1.AIInference) {

@@ -12,22 +12,22 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/nodecache"
+	"github.com/aiinference/operator/internal/nodecachespec"
 )
 
 // nodeReport writes a node's model cache report as the node's cache plugin
 // does: a ConfigMap labelled with the node, the report as JSON.
-func nodeReport(g *WithT, ns, node string, entries ...nodecache.Entry) {
-	data, err := json.Marshal(nodecache.Report{Node: node, BudgetBytes: 100e9, Entries: entries})
+func nodeReport(g *WithT, ns, node string, entries ...nodecachespec.Entry) {
+	data, err := json.Marshal(nodecachespec.Report{Node: node, BudgetBytes: 100e9, Entries: entries})
 	g.Expect(err).NotTo(HaveOccurred())
 	writeReport(g, ns, node, string(data))
 }
 
 func writeReport(g *WithT, ns, node, data string) {
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "model-cache-" + node, Labels: map[string]string{nodecache.StateLabel: node}}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "model-cache-" + node, Labels: map[string]string{nodecachespec.StateLabel: node}}}
 	g.Eventually(func() error {
 		err := k8s.Get(context.Background(), client.ObjectKeyFromObject(cm), cm)
-		cm.Data = map[string]string{nodecache.StateKey: data}
+		cm.Data = map[string]string{nodecachespec.StateKey: data}
 		if err != nil {
 			return k8s.Create(context.Background(), cm)
 		}
@@ -51,13 +51,13 @@ func TestModelCacheStatusFollowsTheNodesReports(t *testing.T) {
 	plugin := newNamespace(t)
 	nodeA, nodeB, nodeC, nodeD := plugin+"-a", plugin+"-b", plugin+"-c", plugin+"-d"
 	s3 := obj.Spec.Model.Source.S3
-	copyKey := nodecache.Key(ns, "s3://"+s3.Bucket+"/"+s3.Prefix, s3.Endpoint)
-	ours := func(bytes int64, complete bool, pods int, lastUsed string) nodecache.Entry {
-		return nodecache.Entry{Key: copyKey, Namespace: ns, Source: "s3://" + s3.Bucket + "/" + s3.Prefix, Endpoint: s3.Endpoint,
+	copyKey := nodecachespec.Key(ns, "s3://"+s3.Bucket+"/"+s3.Prefix, s3.Endpoint)
+	ours := func(bytes int64, complete bool, pods int, lastUsed string) nodecachespec.Entry {
+		return nodecachespec.Entry{Key: copyKey, Namespace: ns, Source: "s3://" + s3.Bucket + "/" + s3.Prefix, Endpoint: s3.Endpoint,
 			Bytes: bytes, Complete: complete, Pods: pods, LastUsed: lastUsed}
 	}
 	// The same source in another namespace is another copy.
-	other := nodecache.Entry{Key: nodecache.Key("elsewhere", "s3://"+s3.Bucket+"/"+s3.Prefix, s3.Endpoint), Namespace: "elsewhere",
+	other := nodecachespec.Entry{Key: nodecachespec.Key("elsewhere", "s3://"+s3.Bucket+"/"+s3.Prefix, s3.Endpoint), Namespace: "elsewhere",
 		Source: "s3://" + s3.Bucket + "/" + s3.Prefix, Bytes: 5e9, Complete: true, LastUsed: "2026-12-05T08:00:00Z"}
 
 	nodeReport(g, plugin, nodeA, other, ours(17_179_869_184, true, 2, "2026-12-05T08:00:00Z"))

@@ -13,7 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/internal/nodecache"
+	"github.com/aiinference/operator/internal/nodecachespec"
 )
 
 // TestNodeCacheNotInstalled: cache.type Node in a cluster without the node
@@ -35,7 +35,7 @@ func TestNodeCacheNotInstalled(t *testing.T) {
 	g.Expect(apierrors.IsNotFound(k8s.Get(ctx, key, &appsv1.Deployment{}))).To(BeTrue(), "pods made without the node cache")
 
 	g.Expect(k8s.Create(ctx, &storagev1.CSIDriver{
-		ObjectMeta: metav1.ObjectMeta{Name: nodecache.DriverName},
+		ObjectMeta: metav1.ObjectMeta{Name: nodecachespec.DriverName},
 		Spec: storagev1.CSIDriverSpec{AttachRequired: ptr.To(false), PodInfoOnMount: ptr.To(true),
 			VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral}},
 	})).To(Succeed())

@@ -29,7 +29,7 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/manager"
-	"github.com/aiinference/operator/internal/testutil"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 // The suite runs one real kube-apiserver and etcd (envtest) and the real manager.
@@ -49,6 +49,10 @@ var (
 	// ConfigMaps, Services and Deployments from the API server (not the cache).
 	childReads sync.Map
 )
+
+// operatorNamespace is where the suite's operator runs, as a pod would: the
+// router's Service is looked for there.
+const operatorNamespace = "aiinference-system"
 
 func TestMain(m *testing.M) {
 	os.Exit(runSuite(m))
@@ -78,6 +82,10 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 
+	if err := k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(reconcileCounter{})))
 	mgrCfg := rest.CopyConfig(cfg)
 	mgrCfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return writeCounter{rt} }
@@ -87,7 +95,8 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 	mgr, err := manager.New(mgrCfg, manager.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0", LoaderImage: "example.test/model-loader:test",
-		AutoscaleInterval: time.Second, ActivatorBindAddress: activatorAddr, ActivatorAdvertiseAddress: activatorIP})
+		AutoscaleInterval: time.Second, ActivatorBindAddress: activatorAddr, ActivatorAdvertiseAddress: activatorIP,
+		OperatorNamespace: operatorNamespace, RouterService: manager.DefaultRouterService})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

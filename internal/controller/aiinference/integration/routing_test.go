@@ -1,0 +1,141 @@
+package integration
+
+import (
+	"context"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/controller/aiinference"
+)
+
+// routerSlice stands for the EndpointSlice kube-controller-manager keeps for
+// the router's Service (envtest runs no controller): the router's pods and
+// whether each is ready.
+func setRouterPods(g *WithT, ready map[string]bool) {
+	ctx := context.Background()
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: aiinference.DefaultRouterService + "-abcde", Labels: map[string]string{
+			discoveryv1.LabelServiceName: aiinference.DefaultRouterService, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	for ip, r := range ready {
+		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(r)}})
+	}
+	existing := &discoveryv1.EndpointSlice{}
+	err := k8s.Get(ctx, client.ObjectKeyFromObject(slice), existing)
+	if apierrors.IsNotFound(err) {
+		g.Expect(k8s.Create(ctx, slice)).To(Succeed())
+		return
+	}
+	g.Expect(err).NotTo(HaveOccurred())
+	existing.Endpoints = slice.Endpoints
+	g.Expect(k8s.Update(ctx, existing)).To(Succeed())
+}
+
+// Routing on: the model's Service keeps its name and port but leads to the
+// router's ready pods (its selector gone, an EndpointSlice of the router's
+// addresses), and so does the namespace's OpenAI address, shared by its routed
+// models; the NetworkPolicy lets the router in. The router's pods changing
+// moves the slices; no ready router pod puts the selector back (round robin
+// rather than nowhere); routing off takes everything back, and the OpenAI
+// address goes with the last routed model.
+func TestRoutingLeadsTheServicesToTheRouter(t *testing.T) {
+	ctx := context.Background()
+	g := NewWithT(t)
+	setRouterPods(g, map[string]bool{"10.0.7.1": true, "10.0.7.2": true})
+	routed := func(o *servingv1.AIInference) {
+		o.Spec.Routing = &servingv1.RoutingSpec{Enabled: true}
+		o.Spec.NetworkPolicy = &servingv1.NetworkPolicySpec{Enabled: true}
+	}
+	_, a, keyA := startInference(t, "chat-a", routed)
+	b := newInference(a.Namespace, "chat-b")
+	routed(b)
+	g.Expect(k8s.Create(ctx, b)).To(Succeed())
+	keyB := client.ObjectKeyFromObject(b)
+
+	service := func(g Gomega, name string) *corev1.Service {
+		svc := &corev1.Service{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: name}, svc)).To(Succeed())
+		return svc
+	}
+	addresses := func(g Gomega, name string) []string {
+		slice := &discoveryv1.EndpointSlice{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: name}, slice)).To(Succeed())
+		g.Expect(slice.Ports).To(HaveLen(1))
+		g.Expect(*slice.Ports[0].Port).To(Equal(int32(8080)))
+		var ips []string
+		for _, ep := range slice.Endpoints {
+			ips = append(ips, ep.Addresses...)
+		}
+		return ips
+	}
+	gone := func(obj client.Object, name string) func() bool {
+		return func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: name}, obj))
+		}
+	}
+	g.Eventually(func(g Gomega) {
+		for _, name := range []string{"chat-a", "chat-b"} {
+			svc := service(g, name)
+			g.Expect(svc.Spec.Selector).To(BeEmpty(), "%s leads to the router", name)
+			g.Expect(svc.Spec.Ports[0].Port).To(Equal(int32(8000)))
+			g.Expect(addresses(g, name+"-router")).To(ConsistOf("10.0.7.1", "10.0.7.2"))
+		}
+		openai := service(g, aiinference.OpenAIServiceName)
+		g.Expect(openai.Spec.Selector).To(BeEmpty())
+		g.Expect(openai.Spec.Ports[0].Port).To(Equal(int32(aiinference.OpenAIServicePort)))
+		g.Expect(openai.OwnerReferences).To(HaveLen(2), "one owner reference per routed model")
+		g.Expect(addresses(g, aiinference.OpenAIServiceName+"-router")).To(ConsistOf("10.0.7.1", "10.0.7.2"))
+		policy := &networkingv1.NetworkPolicy{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: "chat-a-ingress"}, policy)).To(Succeed())
+		g.Expect(policy.Spec.Ingress[0].From).To(ContainElement(networkingv1.NetworkPolicyPeer{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: operatorNamespace}},
+			PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{aiinference.OperatorPodLabel: aiinference.RouterPodName}},
+		}))
+	}).WithTimeout(waitTimeout).Should(Succeed())
+
+	// A router pod stops being ready: it leaves every slice.
+	setRouterPods(g, map[string]bool{"10.0.7.1": true, "10.0.7.2": false})
+	g.Eventually(func(g Gomega) {
+		g.Expect(addresses(g, "chat-a-router")).To(ConsistOf("10.0.7.1"))
+		g.Expect(addresses(g, aiinference.OpenAIServiceName+"-router")).To(ConsistOf("10.0.7.1"))
+	}).WithTimeout(waitTimeout).Should(Succeed())
+
+	// No router pod is ready: the Service goes back to its pods.
+	setRouterPods(g, map[string]bool{"10.0.7.1": false, "10.0.7.2": false})
+	g.Eventually(func(g Gomega) {
+		g.Expect(service(g, "chat-a").Spec.Selector).To(HaveKeyWithValue(servingv1.LabelInference, "chat-a"))
+	}).WithTimeout(waitTimeout).Should(Succeed())
+	g.Eventually(gone(&discoveryv1.EndpointSlice{}, "chat-a-router")).WithTimeout(waitTimeout).Should(BeTrue())
+	setRouterPods(g, map[string]bool{"10.0.7.1": true, "10.0.7.2": true})
+	g.Eventually(func(g Gomega) {
+		g.Expect(service(g, "chat-a").Spec.Selector).To(BeEmpty())
+	}).WithTimeout(waitTimeout).Should(Succeed())
+
+	// Routing off for one model: its Service selects its pods again, and the
+	// OpenAI address stays for the other.
+	updateObject(g, keyA, func(o *servingv1.AIInference) { o.Spec.Routing.Enabled = false })
+	g.Eventually(func(g Gomega) {
+		g.Expect(service(g, "chat-a").Spec.Selector).To(HaveKeyWithValue(servingv1.LabelInference, "chat-a"))
+		openai := service(g, aiinference.OpenAIServiceName)
+		g.Expect(openai.OwnerReferences).To(HaveLen(1))
+		g.Expect(openai.OwnerReferences[0].Name).To(Equal("chat-b"))
+	}).WithTimeout(waitTimeout).Should(Succeed())
+	g.Eventually(gone(&discoveryv1.EndpointSlice{}, "chat-a-router")).WithTimeout(waitTimeout).Should(BeTrue())
+
+	// And for the last: the OpenAI address goes.
+	updateObject(g, keyB, func(o *servingv1.AIInference) { o.Spec.Routing = nil })
+	g.Eventually(gone(&corev1.Service{}, aiinference.OpenAIServiceName)).WithTimeout(waitTimeout).Should(BeTrue())
+	g.Eventually(gone(&discoveryv1.EndpointSlice{}, aiinference.OpenAIServiceName+"-router")).WithTimeout(waitTimeout).Should(BeTrue())
+	g.Expect(service(g, "chat-b").Spec.Selector).To(HaveKeyWithValue(servingv1.LabelInference, "chat-b"))
+}

@@ -1,0 +1,56 @@
+package kubectlaii
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+)
+
+// Two router pods' metrics sum per replica; another model's series and
+// another namespace's model of the same name are left out.
+func TestRoutingFromTheRoutersMetrics(t *testing.T) {
+	g := NewWithT(t)
+	podA := `# TYPE aiinference_router_requests_total counter
+aiinference_router_requests_total{namespace="ml",name="chat",endpoint="chat-1",code="200"} 30
+aiinference_router_requests_total{namespace="ml",name="chat",endpoint="",code="429"} 2
+aiinference_router_requests_total{namespace="other",name="chat",endpoint="chat-9",code="200"} 99
+aiinference_router_requests_total{namespace="ml",name="embed",endpoint="embed-1",code="200"} 7
+# TYPE aiinference_router_picks_total counter
+aiinference_router_picks_total{namespace="ml",name="chat",endpoint="chat-1",reason="prefix"} 25
+aiinference_router_picks_total{namespace="ml",name="chat",endpoint="chat-1",reason="hash"} 5
+# TYPE aiinference_router_prefix_blocks_total counter
+aiinference_router_prefix_blocks_total{namespace="ml",name="chat"} 100
+# TYPE aiinference_router_prefix_hit_blocks_total counter
+aiinference_router_prefix_hit_blocks_total{namespace="ml",name="chat"} 60
+`
+	podB := `# TYPE aiinference_router_requests_total counter
+aiinference_router_requests_total{namespace="ml",name="chat",endpoint="chat-1",code="200"} 10
+aiinference_router_requests_total{namespace="ml",name="chat",endpoint="chat-2",code="200"} 20
+# TYPE aiinference_router_picks_total counter
+aiinference_router_picks_total{namespace="ml",name="chat",endpoint="chat-2",reason="spill"} 20
+# TYPE aiinference_router_prefix_blocks_total counter
+aiinference_router_prefix_blocks_total{namespace="ml",name="chat"} 100
+# TYPE aiinference_router_prefix_hit_blocks_total counter
+aiinference_router_prefix_hit_blocks_total{namespace="ml",name="chat"} 90
+`
+	r := &RoutingReport{Routed: true, RouterPods: []string{"aiinference-system/router-a", "aiinference-system/router-b"}, PrefixHitShare: -1}
+	g.Expect(routingFromMetrics(r, "ml", "chat", [][]byte{[]byte(podA), []byte(podB)})).To(Succeed())
+	g.Expect(r.Endpoints).To(Equal([]EndpointRoutingReport{
+		{Endpoint: "", Requests: map[string]float64{"429": 2}},
+		{Endpoint: "chat-1", Requests: map[string]float64{"200": 40}, Picks: map[string]float64{"prefix": 25, "hash": 5}},
+		{Endpoint: "chat-2", Requests: map[string]float64{"200": 20}, Picks: map[string]float64{"spill": 20}},
+	}))
+	g.Expect(r.PrefixHitShare).To(BeNumerically("~", 0.75, 1e-9))
+
+	var out bytes.Buffer
+	writeRouting(&out, r)
+	text := out.String()
+	for _, want := range []string{"Routing: on; the Service leads to the router (2 pod(s) read)", "(none: answered by the router)  2", "chat-1", "200 40", "hash 5, prefix 25", "Estimated prefix hit share: 75.0%"} {
+		g.Expect(text).To(ContainSubstring(want))
+	}
+	g.Expect(strings.Count(text, "\n")).To(BeNumerically(">=", 6))
+
+	g.Expect(routingFromMetrics(&RoutingReport{}, "ml", "chat", [][]byte{[]byte("not { metrics")})).To(MatchError(ContainSubstring("do not parse")))
+}

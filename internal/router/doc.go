@@ -1,0 +1,102 @@
+// Package router sends each request for a model to the replica that serves it
+// fastest: the one that holds its prompt's prefix in its KV cache, unless that
+// one is past its share of the load, then the least loaded. It is the model's
+// one data-path component: it also holds requests while the model has no
+// serving replica (the activator's job at zero), with a bound.
+//
+// # Contract (read by the operator side: chart, kustomize, controller)
+//
+// Binary: cmd/router (thin; wiring in Main of this package). Flags:
+//
+//	--bind-address=:8080          requests (OpenAI API), plain HTTP
+//	--metrics-bind-address=:9090  /metrics (Prometheus), /healthz, /readyz
+//	--block-size=256              bytes of prompt per prefix block
+//	--load-factor=1.25            bounded load: a replica takes at most
+//	                              ceil(factor * (in flight + 1) / replicas)
+//	--max-waiting=100             requests per model waiting for a replica;
+//	                              more: 429 with Retry-After
+//	--hold-timeout=5m             longest wait for a serving replica; then 503
+//	--max-body-bytes=8388608      one request body; more: 413
+//	--max-bodies-bytes=268435456  all bodies held in memory at once, across
+//	                              models; more: 429 with Retry-After, before
+//	                              the body is read
+//	--max-bodies=1024             request bodies held at once, across models
+//	--body-read-timeout=30s       time to read a request's headers and body
+//	--session-header=X-Session-ID session affinity key, when a client sends it
+//	--scrape-interval=1s          engines' /metrics, each serving pod
+//	--otlp-endpoint=              traces (OTLP/HTTP); empty: none
+//
+// Topology: one Deployment of the router (two or more replicas, no leader,
+// Pod Security restricted) in the operator's namespace, behind nothing: the
+// model's Service leads to the router pods. When routing is on for a model,
+// the operator keeps the Service's port but gives it no selector and writes
+// an EndpointSlice (label kubernetes.io/service-name=<model>) whose endpoints
+// are the router pods' IPs at the router's port 8080, as it does today for
+// the activator at zero. Clients keep calling http://<model>.<namespace>:<port>.
+// Router replicas share no state: each picks by consistent hashing over the
+// same set of endpoints, so two routers send a prefix to the same replica.
+//
+// What the router reads (a cache of watches, cluster-wide; ClusterRole verbs
+// get, list, watch):
+//   - aiinferences.serving.aiinference.io: spec.model.name (the `model` the
+//     namespace address selects by, beside metadata.name),
+//     spec.networkPolicy (who may call), status.rollout (canary weight and
+//     trafficSplit).
+//   - services: those labelled serving.aiinference.io/inference=<model> (the
+//     model's Service and its -stable/-canary Services; a selector with
+//     serving.aiinference.io/track restricts to that track, which is how a
+//     Gateway's HTTPRoute split is kept; so does that label on the Service
+//     itself, for a Service without a selector), and those labelled
+//     serving.aiinference.io/openai=true (a namespace's one OpenAI address: the
+//     `model` in the body picks the AIInference of that namespace).
+//   - pods: the model's replicas (label serving.aiinference.io/inference,
+//     servingv1.PodServes, not terminating, with an IP; the port is the engine
+//     container's port named "http", whose /metrics is scraped); and clients,
+//     by pod IP, to learn their namespace and labels.
+//   - namespaces: their labels, for the policy's namespaceSelector.
+//
+// Host and `model`: the Host header (name, name.namespace,
+// name.namespace.svc[.cluster.local] or the ClusterIP, with or without port)
+// names a Service above; a bare name is looked up in the client pod's own
+// namespace. On a model's Service the body is passed on as it is; on a
+// namespace address `model` selects the AIInference (metadata.name or
+// spec.model.name) in that namespace, and /v1/models lists the namespace's
+// models. Either way the request is refused (403) unless the model's
+// spec.networkPolicy admits the client's source address as the NetworkPolicy
+// the operator renders would (IngressPolicy); a Host naming another
+// namespace's model gains nothing. The operator's rendered ingress policy must
+// admit the router pods to the engine port.
+//
+// Requests: POST /v1/completions, POST /v1/chat/completions, GET /v1/models.
+// Streaming answers are flushed per chunk; a client that goes away cancels the
+// request to the replica; a replica that refuses the connection is tried
+// again on another before any byte is sent.
+//
+// Metrics (labels namespace, name = the AIInference; endpoint = pod name):
+//
+//	aiinference_router_requests_total{namespace,name,endpoint,code}
+//	aiinference_router_picks_total{namespace,name,endpoint,reason}
+//	    reason: prefix (longest cached prefix seen by this router), hash
+//	    (the prefix's consistent-hash owner), spill (owner past the load
+//	    bound: the next on the ring), session (header), load (least loaded),
+//	    retry (the first pick refused the connection)
+//	aiinference_router_prefix_blocks_total{namespace,name}
+//	aiinference_router_prefix_hit_blocks_total{namespace,name}
+//	    estimated hit share = hit_blocks / blocks
+//	aiinference_router_ttft_seconds{namespace,name,endpoint}   histogram
+//	aiinference_router_queue_seconds{namespace,name}           histogram
+//	aiinference_router_waiting_requests{namespace,name}        gauge: held
+//	    for want of a serving replica; the autoscaler's signal at zero (sum
+//	    over router pods), as aiinference_activator_held_requests is today
+//	aiinference_router_in_flight_requests{namespace,name,endpoint} gauge
+//	aiinference_router_upstream_errors_total{namespace,name,endpoint,kind}
+//	aiinference_router_ready_endpoints{namespace,name}          gauge
+//
+// Load generator for comparisons: package test/routingbench (a chat-shaped
+// workload of tenants with long shared system prompts and multi-turn
+// conversations, a runner that sends it to a list of base URLs round robin or
+// to one URL, and a report of TTFT p50/p90/p99, output tokens/s, failures and
+// the sims' prefix hit share); `go test ./test/routingbench -run
+// TestCompareRouting -v` prints round robin and the router side by side on
+// local simulators.
+package router

@@ -1,0 +1,160 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/tracing"
+)
+
+// Config is the router binary's command line.
+type Config struct {
+	BindAddress, MetricsBindAddress string
+	OTLPEndpoint                    string
+	Options                         Options
+}
+
+// parseFlags reads the command line (see the package doc).
+func parseFlags(args []string, out io.Writer) (Config, *zap.Options, error) {
+	var c Config
+	fs := flag.NewFlagSet("router", flag.ContinueOnError)
+	fs.SetOutput(out)
+	o := &c.Options
+	fs.StringVar(&c.BindAddress, "bind-address", ":8080", "where requests are served")
+	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", ":9090", "where /metrics, /healthz and /readyz are served")
+	fs.StringVar(&c.OTLPEndpoint, "otlp-endpoint", "", "OTLP/HTTP receiver of the traces (host:port or URL); empty: none")
+	fs.IntVar(&o.BlockSize, "block-size", DefaultBlockSize, "bytes of prompt per prefix block")
+	fs.Float64Var(&o.Picker.LoadFactor, "load-factor", 1.25, "bounded load: a replica takes at most this times the mean load (plus one)")
+	fs.IntVar(&o.Picker.MinBound, "min-load-bound", 4, "a load no replica is past, however low the mean")
+	fs.IntVar(&o.MaxWaiting, "max-waiting", DefaultMaxWaiting, "requests per model waiting for a serving replica; more are answered 429")
+	fs.DurationVar(&o.HoldTimeout, "hold-timeout", DefaultHoldTimeout, "longest wait for a serving replica; then 503")
+	fs.Int64Var(&o.MaxBodyBytes, "max-body-bytes", DefaultMaxBodyBytes, "largest request body")
+	fs.Int64Var(&o.MaxBodiesBytes, "max-bodies-bytes", DefaultMaxBodiesBytes, "bytes of request bodies held at once, across models")
+	fs.Int64Var(&o.MaxBodies, "max-bodies", DefaultMaxBodies, "request bodies held at once, across models")
+	fs.DurationVar(&o.BodyReadTimeout, "body-read-timeout", DefaultBodyReadTimeout, "time to read a request's headers and body")
+	fs.StringVar(&o.SessionHeader, "session-header", DefaultSessionHeader, "header a client keeps a session by")
+	fs.DurationVar(&o.ScrapeInterval, "scrape-interval", DefaultScrapeInterval, "how often each serving replica's /metrics is read")
+	zapOpts := &zap.Options{}
+	zapOpts.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return c, nil, err
+	}
+	if fs.NArg() > 0 {
+		return c, nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.Picker.LoadFactor <= 1 {
+		return c, nil, fmt.Errorf("--load-factor %v: give a number above 1 (1.25 lets a replica take a quarter more than its share)", o.Picker.LoadFactor)
+	}
+	return c, zapOpts, nil
+}
+
+// Main runs the router until SIGTERM; the exit code.
+func Main(args []string, stderr io.Writer) int {
+	c, zapOpts, err := parseFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		_, _ = fmt.Fprintln(stderr, "router:", err)
+		return 2
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(zapOpts), zap.WriteTo(stderr)))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, c); err != nil {
+		ctrl.Log.Error(err, "Router stopped")
+		return 1
+	}
+	return 0
+}
+
+func run(ctx context.Context, c Config) error {
+	log := ctrl.Log.WithName("router")
+	shutdownTracing, err := tracing.Setup(ctx, tracing.Options{Endpoint: c.OTLPEndpoint, Insecure: true})
+	if err != nil {
+		return fmt.Errorf("--otlp-endpoint: %w", err)
+	}
+	defer func() { _ = shutdownTracing(context.Background()) }()
+
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return err
+	}
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(servingv1.AddToScheme(scheme))
+	objects, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Transform: TrimPod}}})
+	if err != nil {
+		return err
+	}
+	if err := IndexFields(ctx, objects); err != nil {
+		return err
+	}
+	// Inform on every kind before the cache starts, so readiness means all synced.
+	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.Service{}, &servingv1.AIInference{}} {
+		if _, err := objects.GetInformer(ctx, obj); err != nil {
+			return err
+		}
+	}
+	go func() { _ = objects.Start(ctx) }()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	rt := New(c.Options, KubeDirectory{Reader: objects}, RefuseWherePolicyIsOn{}, NewMetrics(reg), log)
+
+	synced := make(chan struct{})
+	go func() {
+		if objects.WaitForCacheSync(ctx) {
+			close(synced)
+		}
+	}()
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		select {
+		case <-synced:
+			_, _ = io.WriteString(w, "ok")
+		default:
+			http.Error(w, "the cache of models, Services and pods is not synced yet", http.StatusServiceUnavailable)
+		}
+	})
+	metricsSrv := &http.Server{Addr: c.MetricsBindAddress, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = metricsSrv.Close()
+	}()
+	go func() {
+		if err := metricsSrv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error(err, "Serving metrics")
+		}
+	}()
+	l, err := net.Listen("tcp", c.BindAddress)
+	if err != nil {
+		return fmt.Errorf("--bind-address %q: %w", c.BindAddress, err)
+	}
+	log.Info("Routing", "address", l.Addr().String(), "metrics", c.MetricsBindAddress)
+	return rt.Serve(ctx, l)
+}
