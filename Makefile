@@ -86,12 +86,7 @@ tools: ## Build (or reuse) every real binary and image the tests need (a real no
 	if [ "$(REQUIRE_REAL_NODE)" = 1 ] || hack/real-node-host.sh 2>/dev/null; then hack/tools/build.sh node traefik netpol >/dev/null; fi
 	if [ "$$(id -u)" = 0 ] || command -v promtool >/dev/null; then hack/tools/build.sh promtool >/dev/null; fi
 
-# Test binaries that run at once. Two, the cores: with three, the router's and
-# the routing bench's simulators beside the end-to-end suite left real-node pods
-# without an address for a minute and a restarted kube-apiserver dying
-# (TestRealNodeModelCacheFaults, TestRealNodeFailureReasons,
-# TestChaosOperatorKilledWhileItWorks failed in a fresh-clone make test and
-# passed alone in 134 s).
+# Test binaries that run at once: two, the cores.
 TEST_PARALLEL ?= 2
 # Test binaries are linked without DWARF (-w): linking some twenty binaries of
 # 80-100 MB took about 120 CPU-s of make test's 550, and a test binary needs its
@@ -102,8 +97,13 @@ TEST_LDFLAGS ?= -w
 # What the host cannot run (the real-node tests without root and cgroup v1, the
 # promtool checks without root to install promtool) is skipped and named at the
 # end; REQUIRE_REAL_NODE=1 runs the real-node tests anyway, which then fail and
-# name the missing piece. The end-to-end suite, the longest package, starts
-# first; vet and the image builder's tests run beside the tests.
+# name the missing piece. vet and the image builder's tests run beside the
+# packages without a local cluster; the two packages that start local clusters
+# (kwok and real nodes) run after them, alone: beside the router's and the
+# routing bench's simulators, real-node pods went a minute without an address
+# and a restarted kube-apiserver died (TestRealNodeModelCacheFaults,
+# TestRealNodeFailureReasons, TestChaosOperatorKilledWhileItWorks failed in
+# fresh-clone make test runs and passed alone).
 test: tools ## Everything CI runs: vet, unit, envtest integration, loader, end-to-end and (root, cgroup v1) real-node tests
 	status=0; real_node=1; skipped=(); \
 	if [ "$(REQUIRE_REAL_NODE)" != 1 ] && ! why=$$(hack/real-node-host.sh 2>&1); then \
@@ -116,9 +116,10 @@ test: tools ## Everything CI runs: vet, unit, envtest integration, loader, end-t
 	for s in "$${skipped[@]}"; do echo "make test: skipping $$s" >&2; done; \
 	go vet ./... & vet=$$!; \
 	(cd hack/images && go test ./... -count=1 -timeout 5m) & images=$$!; \
-	LOCALCLUSTER_REAL_NODE=$$real_node KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -p $(TEST_PARALLEL) -ldflags='$(TEST_LDFLAGS)' ./test/e2e/ ./... -count=1 -timeout 45m || status=1; \
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -p $(TEST_PARALLEL) -ldflags='$(TEST_LDFLAGS)' $$(go list ./... | grep -v -e '/test/e2e$$' -e '/test/localcluster$$') -count=1 -timeout 30m || status=1; \
 	wait $$vet || status=1; \
 	wait $$images || status=1; \
+	LOCALCLUSTER_REAL_NODE=$$real_node KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -p $(TEST_PARALLEL) -ldflags='$(TEST_LDFLAGS)' ./test/e2e ./test/localcluster -count=1 -timeout 45m || status=1; \
 	for s in "$${skipped[@]}"; do echo "make test: SKIPPED $$s" >&2; done; \
 	exit $$status
 
