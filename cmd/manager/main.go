@@ -37,7 +37,7 @@ func main() {
 	flag.DurationVar(&opts.AutoscaleInterval, "autoscale-interval", manager.DefaultAutoscaleInterval, "How often the autoscaler reads the signals of the engines of AIInferences with spec.autoscaling.")
 	opts.OperatorNamespace = os.Getenv("POD_NAMESPACE")
 	flag.StringVar(&opts.RouterService, "router-service", manager.DefaultRouterService, "The router's Service in the operator's namespace ($POD_NAMESPACE), which the Services of models with spec.routing.enabled lead to (docs/routing.md); empty: no model is routed.")
-	flag.StringVar(&opts.ActivatorBindAddress, "activator-bind-address", manager.DefaultActivatorBindAddress, "Address the activator, which holds requests for models at zero replicas, listens on; 0 turns it off (and no model goes to zero).")
+	flag.StringVar(&opts.ActivatorBindAddress, "activator-bind-address", manager.DefaultActivatorBindAddress, "Where the activator, which holds requests for models at zero replicas, listens: each model at zero on a port of its own, the first free one from this port up (1000 at most; port 0: one the kernel picks). 0 turns it off (and no model goes to zero).")
 	flag.StringVar(&opts.ActivatorAdvertiseAddress, "activator-advertise-address", os.Getenv("POD_IP"), "IP the models' Services send requests to while the models are at zero (the operator pod's IP; default $POD_IP). Empty: no activator, and no model goes to zero.")
 	flag.StringVar(&opts.PrometheusURL, "prometheus-url", "", "Prometheus that canary analysis steps query (e.g. http://prometheus.monitoring:9090); an AIInference's rollout.canary.prometheusURL overrides it.")
 	flag.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "How many AIInference objects are reconciled at once.")

@@ -1,9 +1,12 @@
 // Package activator holds the requests for a model that runs no replica, while
 // the autoscaler starts one, as Knative's activator and KubeAI's proxy do. The
 // operator points the model's Service at it (an EndpointSlice of its own beside
-// the Service's) while the model is at zero and until a replica serves. A
-// request is held in a bounded queue per model; past the bound it is refused
-// at once (429), past the timeout it is answered 503, both with Retry-After.
+// the Service's, to a port the activator opens for that model alone) while the
+// model is at zero and until a replica serves. A request is taken only from a
+// client the model's network policy lets reach its pods. It is held in a
+// bounded queue per model, and all models' held requests are bounded in count
+// and body bytes before a body is read; past a bound it is refused at once
+// (429), past the timeout it is answered 503, both with Retry-After.
 // A streaming request (`"stream": true`) gets its response headers at once and
 // an SSE comment every so often while it waits, so that proxies and clients do
 // not time it out. When the operator stops, held requests are answered 503 at
@@ -20,6 +23,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -28,21 +32,38 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// Resolver finds the model a request is for and where it is served.
+// Resolver tells the activator about the models and where they are served.
 type Resolver interface {
-	// Route names the AIInference that the Host of a request (its Service's
-	// name or ClusterIP, with or without the port) is for.
-	Route(ctx context.Context, host string) (types.NamespacedName, bool)
+	// Admit tells whether a request for the model from the client at ip may be
+	// held and passed on: the model may go to zero and its network policy lets
+	// the client reach its pods directly (the activator passes requests on from
+	// the operator's address, which every model's policy lets in). When it may
+	// not, why is said to the client.
+	Admit(ctx context.Context, key types.NamespacedName, ip net.IP) (ok bool, why string, err error)
 	// Backend is host:port of a serving replica of the model; "" while none serves.
 	Backend(ctx context.Context, key types.NamespacedName) (string, error)
 }
 
 // Options bound the activator.
 type Options struct {
+	// BindAddress is host:port: each model at zero is served on a port of its
+	// own, the first free one from this port up (at most PortSpan of them; port
+	// 0: one the kernel picks), so that the port a request arrives on names its
+	// model: the Host header a client writes names nothing.
+	BindAddress string
 	// MaxHeld is how many requests per model may wait; more are refused (429).
 	MaxHeld int
+	// MaxHeldTotal is how many requests of all models may be held or read at
+	// once; more are refused (429).
+	MaxHeldTotal int
+	// MaxHeldBytes bounds the request bodies of all models held at once; a
+	// request whose body does not fit is refused (429) before it is read.
+	MaxHeldBytes int64
 	// Timeout is how long a request waits for a replica before it is answered 503.
 	Timeout time.Duration
+	// BodyTimeout is how long a client may take to send its request's body; a
+	// body trickled slower is cut (408).
+	BodyTimeout time.Duration
 	// Keepalive is how often a waiting streaming request gets an SSE comment.
 	Keepalive time.Duration
 	// Poll is how often a waiting request looks for a serving replica.
@@ -55,19 +76,33 @@ type Options struct {
 
 // Defaults.
 const (
-	DefaultMaxHeld   = 100
-	DefaultTimeout   = 5 * time.Minute
-	DefaultKeepalive = 15 * time.Second
-	DefaultPoll      = 100 * time.Millisecond
-	DefaultMaxBody   = 8 << 20
+	DefaultMaxHeld      = 100
+	DefaultMaxHeldTotal = 1000
+	DefaultMaxHeldBytes = 64 << 20
+	DefaultTimeout      = 5 * time.Minute
+	DefaultBodyTimeout  = 30 * time.Second
+	DefaultKeepalive    = 15 * time.Second
+	DefaultPoll         = 100 * time.Millisecond
+	DefaultMaxBody      = 8 << 20
+	// PortSpan is how many ports from BindAddress's the models at zero may take.
+	PortSpan = 1000
 )
 
 func (o Options) withDefaults() Options {
 	if o.MaxHeld <= 0 {
 		o.MaxHeld = DefaultMaxHeld
 	}
+	if o.MaxHeldTotal <= 0 {
+		o.MaxHeldTotal = DefaultMaxHeldTotal
+	}
+	if o.MaxHeldBytes <= 0 {
+		o.MaxHeldBytes = DefaultMaxHeldBytes
+	}
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
+	}
+	if o.BodyTimeout <= 0 {
+		o.BodyTimeout = DefaultBodyTimeout
 	}
 	if o.Keepalive <= 0 {
 		o.Keepalive = DefaultKeepalive
@@ -78,10 +113,13 @@ func (o Options) withDefaults() Options {
 	if o.MaxBody <= 0 {
 		o.MaxBody = DefaultMaxBody
 	}
+	if o.MaxBody > o.MaxHeldBytes {
+		o.MaxBody = o.MaxHeldBytes
+	}
 	return o
 }
 
-// Activator is an http.Handler that holds requests for models at zero.
+// Activator holds requests for models at zero, each model on a port of its own.
 type Activator struct {
 	opts     Options
 	resolver Resolver
@@ -91,15 +129,28 @@ type Activator struct {
 
 	mu   sync.Mutex
 	held map[types.NamespacedName]int
+	// inFlight and inFlightBytes are the requests of all models being checked,
+	// read or held, and the body bytes reserved for them.
+	inFlight      int
+	inFlightBytes int64
+	// models are the ports open for the models at zero.
+	models map[types.NamespacedName]*modelPort
 	// stopping is closed when the operator stops: held requests are answered.
 	stopping chan struct{}
 	stopOnce sync.Once
 }
 
+// modelPort is the port a model at zero is served on.
+type modelPort struct {
+	port     int32
+	listener net.Listener
+	server   *http.Server
+}
+
 // New makes an activator; wake is called with the model of each request it holds.
 func New(opts Options, resolver Resolver, wake func(types.NamespacedName), log logr.Logger) *Activator {
 	return &Activator{opts: opts.withDefaults(), resolver: resolver, wake: wake, log: log,
-		held: map[types.NamespacedName]int{}, stopping: make(chan struct{})}
+		held: map[types.NamespacedName]int{}, models: map[types.NamespacedName]*modelPort{}, stopping: make(chan struct{})}
 }
 
 // Held is how many requests for the model wait now.
@@ -109,24 +160,116 @@ func (a *Activator) Held(key types.NamespacedName) int {
 	return a.held[key]
 }
 
+// Open serves the model on a port of its own, from now until Close, and says
+// which: the model's Service leads there while the model is at zero.
+func (a *Activator) Open(key types.NamespacedName) (int32, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if m, ok := a.models[key]; ok {
+		return m.port, nil
+	}
+	select {
+	case <-a.stopping:
+		return 0, errors.New("the activator is stopping")
+	default:
+	}
+	host, portText, err := net.SplitHostPort(a.opts.BindAddress)
+	if err != nil {
+		return 0, fmt.Errorf("activator bind address %q: %w", a.opts.BindAddress, err)
+	}
+	first, err := strconv.Atoi(portText)
+	if err != nil {
+		return 0, fmt.Errorf("activator bind address %q: %w", a.opts.BindAddress, err)
+	}
+	taken := map[int32]bool{}
+	for _, m := range a.models {
+		taken[m.port] = true
+	}
+	last := first + PortSpan - 1
+	if first == 0 {
+		last = 0 // port 0: one the kernel picks, for each model
+	}
+	for port := int32(first); port <= int32(min(last, 65535)); port++ {
+		if taken[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(int(port))))
+		if err != nil {
+			continue // in use by another process: the next
+		}
+		port = int32(l.Addr().(*net.TCPAddr).Port)
+		m := &modelPort{port: port, listener: l, server: &http.Server{
+			Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { a.serve(w, r, key) }),
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       time.Minute,
+		}}
+		a.models[key] = m
+		go func() { _ = m.server.Serve(l) }()
+		return port, nil
+	}
+	return 0, fmt.Errorf("no port free for the activator from %d to %d", first, last)
+}
+
+// Close stops serving the model's port: a replica serves it, or it no longer
+// goes to zero. The requests held go on to the replica; no new one is taken.
+func (a *Activator) Close(key types.NamespacedName) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if m, ok := a.models[key]; ok {
+		delete(a.models, key)
+		m.server.SetKeepAlivesEnabled(false) // idle connections close
+		_ = m.listener.Close()
+	}
+}
+
+// isOpen tells whether the model's port is open: the model needs holding.
+func (a *Activator) isOpen(key types.NamespacedName) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.models[key]
+	return ok
+}
+
 // Stop answers every held request (503, Retry-After) and refuses new ones.
 func (a *Activator) Stop() { a.stopOnce.Do(func() { close(a.stopping) }) }
 
-// ServeHTTP holds the request until a replica of its model serves, then
-// passes it on.
-func (a *Activator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	key, ok := a.resolver.Route(r.Context(), r.Host)
-	if !ok {
-		http.Error(w, fmt.Sprintf("the activator knows no AIInference behind host %q", r.Host), http.StatusNotFound)
+// serve holds a request that came on the model's port until a replica of the
+// model serves, then passes it on. What it costs in memory is bounded before
+// the body is read.
+func (a *Activator) serve(w http.ResponseWriter, r *http.Request, key types.NamespacedName) {
+	if !a.isOpen(key) {
+		refuse(w, http.StatusServiceUnavailable, 1, fmt.Sprintf("%s no longer waits for a replica; send the request again", key))
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, a.opts.MaxBody+1))
-	if err != nil {
-		http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
-		return
+	reserved := r.ContentLength
+	if reserved < 0 {
+		reserved = a.opts.MaxBody // the size is not told: the most it may be
 	}
-	if int64(len(body)) > a.opts.MaxBody {
+	if reserved > a.opts.MaxBody {
 		http.Error(w, fmt.Sprintf("the request body is over %d bytes, more than the activator holds", a.opts.MaxBody), http.StatusRequestEntityTooLarge)
+		return
+	}
+	if !a.reserve(reserved) {
+		a.opts.Metrics.ended(resultFull, 0)
+		refuse(w, http.StatusTooManyRequests, 5, "the activator holds as many requests as it may for the models at zero; try again")
+		return
+	}
+	defer a.unreserve(reserved)
+	if ok, why := a.admit(r, key); !ok {
+		http.Error(w, why, http.StatusForbidden)
+		return
+	}
+	body, err := a.readBody(w, r, reserved)
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooLarge):
+			http.Error(w, fmt.Sprintf("the request body is over %d bytes, more than the activator holds", a.opts.MaxBody), http.StatusRequestEntityTooLarge)
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			http.Error(w, fmt.Sprintf("the request body did not come within %s", a.opts.BodyTimeout), http.StatusRequestTimeout)
+		default:
+			http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
+		}
 		return
 	}
 	if !a.hold(key) {
@@ -146,6 +289,67 @@ func (a *Activator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	proxy(w, r, backend, body)
+}
+
+// admit asks the resolver whether the client may reach the model; an error
+// while finding out refuses it (the policy may not be known to let it in).
+func (a *Activator) admit(r *http.Request, key types.NamespacedName) (bool, string) {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	ip := net.ParseIP(host)
+	if err != nil || ip == nil {
+		return false, fmt.Sprintf("the client's address %q is not an IP address", r.RemoteAddr)
+	}
+	ok, why, err := a.resolver.Admit(r.Context(), key, ip)
+	if err != nil {
+		a.log.Info("Refusing a request: its client could not be checked against the model's network policy", "aiinference", key, "client", ip.String(), "error", err.Error())
+		return false, fmt.Sprintf("the activator could not check %s against the network policy of %s; try again", ip, key)
+	}
+	return ok, why
+}
+
+// readBody reads the request's body, within MaxBody bytes and BodyTimeout:
+// a client that trickles its body is cut. size is the body's length when told.
+func (a *Activator) readBody(w http.ResponseWriter, r *http.Request, size int64) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(a.opts.BodyTimeout)); err != nil {
+		return nil, err
+	}
+	limited := http.MaxBytesReader(w, r.Body, a.opts.MaxBody)
+	var body []byte
+	var err error
+	if size == r.ContentLength {
+		// The size is told (and the server reads no more): one buffer of it.
+		body = make([]byte, size)
+		_, err = io.ReadFull(limited, body)
+	} else {
+		body, err = io.ReadAll(limited)
+	}
+	if err != nil {
+		return nil, err
+	}
+	// No deadline while the request waits: the server's read past the body
+	// (which notices a client going away) must not end the wait.
+	return body, rc.SetReadDeadline(time.Time{})
+}
+
+// reserve counts a request of all models and its body's bytes, or tells that
+// they do not fit.
+func (a *Activator) reserve(bytes int64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.inFlight >= a.opts.MaxHeldTotal || a.inFlightBytes+bytes > a.opts.MaxHeldBytes {
+		return false
+	}
+	a.inFlight++
+	a.inFlightBytes += bytes
+	return true
+}
+
+func (a *Activator) unreserve(bytes int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.inFlight--
+	a.inFlightBytes -= bytes
 }
 
 // resultOf names how a wait ended, for the metrics.
@@ -318,23 +522,24 @@ func writeErrorEvent(w io.Writer, status int, message string) {
 	_, _ = fmt.Fprintf(w, "data: %s\n\n", data)
 }
 
-// Serve serves the activator on addr until ctx ends; then it answers what it
-// holds and stops.
-func (a *Activator) Serve(ctx context.Context, addr string) error {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("activator: %w", err)
+// Run serves the models' ports until ctx ends; then it answers what it holds
+// and closes them.
+func (a *Activator) Run(ctx context.Context) error {
+	<-ctx.Done()
+	a.Stop()
+	a.mu.Lock()
+	servers := make([]*http.Server, 0, len(a.models))
+	for key, m := range a.models {
+		servers = append(servers, m.server)
+		delete(a.models, key)
 	}
-	srv := &http.Server{Handler: a, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		a.Stop()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
-	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
+	a.mu.Unlock()
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, srv := range servers {
+		wg.Go(func() { _ = srv.Shutdown(shutdown) })
 	}
+	wg.Wait()
 	return nil
 }

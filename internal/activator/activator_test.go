@@ -3,9 +3,13 @@ package activator
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,15 +22,20 @@ import (
 
 var model = types.NamespacedName{Namespace: "ml", Name: "llm"}
 
-// stubResolver stands in for the cluster: one model, whose backend appears
-// when the test sets it.
+// stubResolver stands in for the cluster: models whose backend appears when
+// the test sets it, and clients refused when the test says so.
 type stubResolver struct {
-	mu      sync.Mutex
-	backend string
+	mu       sync.Mutex
+	backend  string
+	refused  bool
+	admitted []types.NamespacedName
 }
 
-func (s *stubResolver) Route(_ context.Context, host string) (types.NamespacedName, bool) {
-	return model, strings.HasPrefix(host, "llm")
+func (s *stubResolver) Admit(_ context.Context, key types.NamespacedName, _ net.IP) (bool, string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.admitted = append(s.admitted, key)
+	return !s.refused, "the network policy of " + key.String() + " does not let this client in", nil
 }
 
 func (s *stubResolver) Backend(context.Context, types.NamespacedName) (string, error) {
@@ -41,14 +50,27 @@ func (s *stubResolver) set(backend string) {
 	s.mu.Unlock()
 }
 
+// start runs an activator with the model's port open, and says its URL.
 func start(t *testing.T, opts Options) (*Activator, *stubResolver, string, *atomic.Int32) {
 	t.Helper()
 	res := &stubResolver{}
 	woken := &atomic.Int32{}
+	opts.BindAddress = "127.0.0.1:0"
 	a := New(opts, res, func(types.NamespacedName) { woken.Add(1) }, logr.Discard())
-	srv := httptest.NewServer(a)
-	t.Cleanup(srv.Close)
-	return a, res, srv.URL, woken
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return a, res, open(t, a, model), woken
+}
+
+func open(t *testing.T, a *Activator, key types.NamespacedName) string {
+	t.Helper()
+	port, err := a.Open(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("http://127.0.0.1:%d", port)
 }
 
 func send(t *testing.T, url, body string) (*http.Response, string) {
@@ -138,17 +160,49 @@ func TestStoppingAnswersWhatIsHeld(t *testing.T) {
 	}
 }
 
-func TestUnknownHostIsNotHeld(t *testing.T) {
-	_, _, url, _ := start(t, Options{})
-	req, _ := http.NewRequest(http.MethodGet, url+"/v1/models", nil)
-	req.Host = "other:8000"
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+// The port a request comes on names its model: a Host header naming another
+// model (another namespace's, by name, FQDN or ClusterIP) reaches nothing else.
+// A model whose port is closed (a replica serves, or it no longer goes to zero)
+// takes no new request there.
+func TestThePortNamesTheModelNotTheHost(t *testing.T) {
+	a, res, url, _ := start(t, Options{Timeout: 200 * time.Millisecond})
+	victim := types.NamespacedName{Namespace: "victim", Name: "secret"}
+	for _, host := range []string{"secret", "secret.victim", "secret.victim.svc.cluster.local:8000", "10.96.0.77", "10.96.0.77:8000"} {
+		req, _ := http.NewRequest(http.MethodPost, url+"/v1/completions", strings.NewReader("{}"))
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
 	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusNotFound {
-		t.Errorf("got %d, want 404", resp.StatusCode)
+	res.mu.Lock()
+	for _, key := range res.admitted {
+		if key != model {
+			t.Errorf("a request on %s's port was taken for %s", model, key)
+		}
+	}
+	res.mu.Unlock()
+	if a.Held(victim) != 0 {
+		t.Errorf("held for %s", victim)
+	}
+	a.Close(model)
+	if _, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader("{}")); err == nil {
+		t.Errorf("the closed port still takes requests")
+	}
+}
+
+// A client the model's network policy does not let in is refused, not held,
+// and wakes nothing.
+func TestAClientThePolicyRefusesIsNotHeld(t *testing.T) {
+	a, res, url, woken := start(t, Options{})
+	res.refused = true
+	resp, body := send(t, url, "{}")
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "network policy") {
+		t.Errorf("got %d: %s", resp.StatusCode, body)
+	}
+	if woken.Load() != 0 || a.Held(model) != 0 {
+		t.Errorf("woken %d times, %d held", woken.Load(), a.Held(model))
 	}
 }
 
@@ -182,4 +236,134 @@ func TestAStreamingClientIsKeptAliveWhileItWaits(t *testing.T) {
 	if !strings.Contains(string(rest), `served /v1/completions {"model":"llm","stream":true}`) {
 		t.Errorf("after the comments: %q", rest)
 	}
+}
+
+// zeros is a body of n bytes that costs the client no memory.
+type zeros struct{ n int64 }
+
+func (z *zeros) Read(p []byte) (int, error) {
+	if z.n <= 0 {
+		return 0, io.EOF
+	}
+	n := min(int64(len(p)), z.n)
+	clear(p[:n])
+	z.n -= n
+	return int(n), nil
+}
+
+// heapBytes is the memory the heap's live and not yet swept objects take.
+func heapBytes() uint64 {
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(sample)
+	return sample[0].Value.Uint64()
+}
+
+// The attack of issue 35: 110 clients POST 8 MB each, at once, to a model at
+// zero. The bodies held stay within MaxHeldBytes (the rest are refused before
+// their body is read), and the memory is given back once the clients leave.
+// Before the bound (each body read in full, then the queue's count checked),
+// the heap grew by 880 MB.
+func TestManyHeavyBodiesStayWithinTheBound(t *testing.T) {
+	a, _, url, _ := start(t, Options{Timeout: 3 * time.Second})
+	const clients, size = 110, 8 << 20
+	runtime.GC()
+	base := heapBytes()
+	var peak atomic.Uint64
+	sampling := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-sampling:
+				return
+			case <-time.After(2 * time.Millisecond):
+				if h := heapBytes(); h > peak.Load() {
+					peak.Store(h)
+				}
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	var held, refused atomic.Int32
+	for range clients {
+		wg.Go(func() {
+			req, _ := http.NewRequest(http.MethodPost, url+"/v1/completions", &zeros{n: size})
+			req.ContentLength = size
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				refused.Add(1) // the server answered and closed before the body was sent
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			switch resp.StatusCode {
+			case http.StatusTooManyRequests:
+				refused.Add(1)
+			case http.StatusServiceUnavailable:
+				held.Add(1) // held until the timeout: no replica came
+			}
+		})
+	}
+	wg.Wait()
+	close(sampling)
+	grew := int64(peak.Load()) - int64(base)
+	t.Logf("%d held, %d refused; the heap grew by %d MB at its peak", held.Load(), refused.Load(), grew>>20)
+	if grew > 2*DefaultMaxHeldBytes {
+		t.Errorf("the heap grew by %d MB for the bodies, over twice the bound of %d MB", grew>>20, DefaultMaxHeldBytes>>20)
+	}
+	if max := int32(DefaultMaxHeldBytes / size); held.Load() > max || held.Load()+refused.Load() != clients {
+		t.Errorf("%d held (at most %d fit), %d refused, of %d", held.Load(), max, refused.Load(), clients)
+	}
+	requests, bytes := reservedAfterAWhile(a)
+	runtime.GC()
+	if after := int64(heapBytes()) - int64(base); after > 16<<20 || requests != 0 || bytes != 0 {
+		t.Errorf("after the clients left the heap is %d MB over where it began, %d requests and %d bytes still reserved", after>>20, requests, bytes)
+	}
+}
+
+// A client that trickles its body is cut after BodyTimeout, and what it held
+// is given back.
+func TestATrickledBodyIsCut(t *testing.T) {
+	a, _, url, _ := start(t, Options{BodyTimeout: 300 * time.Millisecond})
+	body, trickle := io.Pipe()
+	go func() {
+		for range 100 {
+			if _, err := trickle.Write([]byte("x")); err != nil {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = trickle.Close()
+	}()
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/completions", body)
+	req.ContentLength = 100
+	begin := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err == nil {
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestTimeout {
+			t.Errorf("got %d", resp.StatusCode)
+		}
+	}
+	_ = body.CloseWithError(io.ErrClosedPipe)
+	if took := time.Since(begin); took > 2*time.Second {
+		t.Errorf("the trickled body was read for %s", took)
+	}
+	if requests, bytes := reservedAfterAWhile(a); requests != 0 || bytes != 0 {
+		t.Errorf("%d requests, %d bytes still reserved", requests, bytes)
+	}
+}
+
+// reservedAfterAWhile is what the activator reserves once the handlers of the
+// requests answered have returned (within a second).
+func reservedAfterAWhile(a *Activator) (requests int, bytes int64) {
+	for range 100 {
+		a.mu.Lock()
+		requests, bytes = a.inFlight, a.inFlightBytes
+		a.mu.Unlock()
+		if requests == 0 && bytes == 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return requests, bytes
 }

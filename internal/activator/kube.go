@@ -2,53 +2,49 @@ package activator
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strconv"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/ingresspolicy"
 )
 
-// KubeResolver routes requests by the models' Services and finds their serving
-// pods, from the operator's cache.
+// KubeResolver reads the models and their serving pods from the operator's
+// cache, and the clients from the API server.
 type KubeResolver struct {
-	Reader client.Reader
+	Reader  client.Reader
+	Clients ingresspolicy.Lookup
 }
 
-// Route takes the host a client called: the Service's name (name,
-// name.namespace, name.namespace.svc[.cluster.local]) or its ClusterIP.
-func (k KubeResolver) Route(ctx context.Context, hostport string) (types.NamespacedName, bool) {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
+// Admit lets a client in when the model may go to zero and its network policy
+// lets the client reach the pods.
+func (k KubeResolver) Admit(ctx context.Context, key types.NamespacedName, ip net.IP) (bool, string, error) {
+	obj := &servingv1.AIInference{}
+	if err := k.Reader.Get(ctx, key, obj); apierrors.IsNotFound(err) {
+		return false, fmt.Sprintf("%s is gone", key), nil
+	} else if err != nil {
+		return false, "", err
 	}
-	services := &corev1.ServiceList{}
-	if err := k.Reader.List(ctx, services, client.HasLabels{servingv1.LabelInference}); err != nil {
-		return types.NamespacedName{}, false
+	if a := obj.Spec.Autoscaling; a == nil || a.Min() > 0 {
+		return false, fmt.Sprintf("%s does not go to zero: the activator holds none of its requests", key), nil
 	}
-	name, namespace, _ := strings.Cut(host, ".")
-	namespace, _, _ = strings.Cut(namespace, ".")
-	var found []types.NamespacedName
-	for _, svc := range services.Items {
-		key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Labels[servingv1.LabelInference]}
-		switch {
-		case net.ParseIP(host) != nil:
-			if svc.Spec.ClusterIP == host {
-				return key, true
-			}
-		case svc.Name == name && (namespace == "" || svc.Namespace == namespace):
-			found = append(found, key)
-		}
+	if np := obj.Spec.NetworkPolicy; np == nil || !np.Enabled {
+		return true, "", nil
 	}
-	// A bare name is the model's only when one namespace has it.
-	if len(found) == 1 {
-		return found[0], true
+	c, err := k.Clients.Client(ctx, ip)
+	if err != nil {
+		return false, "", err
 	}
-	return types.NamespacedName{}, false
+	if !ingresspolicy.Admits(obj, c) {
+		return false, fmt.Sprintf("the network policy of %s (spec.networkPolicy.from) does not let %s reach its pods", key, ip), nil
+	}
+	return true, "", nil
 }
 
 // Backend is a serving pod of the model, at the Service's port (the engine's).

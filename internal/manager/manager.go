@@ -86,7 +86,8 @@ type Options struct {
 	// OperatorNamespace is where the operator's pods run ($POD_NAMESPACE), which
 	// the models' NetworkPolicies let in; "" outside the cluster.
 	OperatorNamespace string
-	// ActivatorBindAddress is where the activator listens (host:port); with
+	// ActivatorBindAddress is where the activator listens (host:port, each model
+	// at zero on a port of its own from this one up); with
 	// ActivatorAdvertiseAddress, the IP the models' Services send to it, the
 	// activator runs and models with autoscaling.minReplicas 0 may go to zero.
 	ActivatorBindAddress, ActivatorAdvertiseAddress string

@@ -138,10 +138,17 @@ func TestRealNodeAutoscalerScalesFromZero(t *testing.T) {
 	}).WithTimeout(time.Minute).Should(Succeed())
 	svc := &corev1.Service{}
 	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), svc)).To(Succeed())
+	// The activator takes the model's requests on a port of the model's own.
+	slice := &discoveryv1.EndpointSlice{}
+	g.Eventually(func() error {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: obj.Namespace, Name: obj.Name + "-activator"}, slice)
+	}).WithTimeout(time.Minute).Should(Succeed())
+	activatorIP, _, _ := net.SplitHostPort(activatorAddr)
+	modelPort := net.JoinHostPort(activatorIP, strconv.Itoa(int(*slice.Ports[0].Port)))
 	g.Eventually(func() (string, error) {
 		nat, err := exec.Command("iptables-save", "-t", "nat").CombinedOutput()
 		return string(nat), err
-	}).WithTimeout(serviceRouteTimeout).WithPolling(500*time.Millisecond).Should(ContainSubstring("--to-destination "+activatorAddr),
+	}).WithTimeout(serviceRouteTimeout).WithPolling(500*time.Millisecond).Should(ContainSubstring("--to-destination "+modelPort),
 		"kube-proxy leads the Service to the activator")
 
 	// Three requests to the ClusterIP, at once.

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 )
@@ -17,9 +18,15 @@ import (
 type Activator interface {
 	// Held is how many requests for the model wait.
 	Held(key types.NamespacedName) int
-	// Address is where the model's Service sends requests while the model is at
-	// zero: the operator's IP and the activator's port.
-	Address() (ip string, port int32)
+	// IP is the operator's address, where the models' Services send requests
+	// while the models are at zero.
+	IP() string
+	// Open gives the model a port of the activator's own, where its Service
+	// sends requests while it is at zero; the port names the model, so that a
+	// request reaches no other.
+	Open(key types.NamespacedName) (port int32, err error)
+	// Close shuts the model's port: its Service no longer leads there.
+	Close(key types.NamespacedName)
 }
 
 // activatorSliceWanted is true while the model's Service must lead to the
@@ -60,11 +67,15 @@ func desiredActivatorSlice(obj *servingv1.AIInference, ip string, port int32) *d
 // the model is at zero and until a replica serves, and back to the pods alone
 // once one does.
 func (r *Reconciler) reconcileActivatorSlice(ctx context.Context, s *scope) error {
-	ip, port := r.Activator.Address()
-	slice := desiredActivatorSlice(s.obj, ip, port)
+	key := client.ObjectKeyFromObject(s.obj)
 	if !activatorSliceWanted(s.obj, s.obs) {
-		return r.deleteOwned(ctx, s, slice, &discoveryv1.EndpointSlice{})
+		r.Activator.Close(key)
+		return r.deleteOwned(ctx, s, desiredActivatorSlice(s.obj, r.Activator.IP(), 0), &discoveryv1.EndpointSlice{})
 	}
-	_, err := r.apply(ctx, s, slice, &discoveryv1.EndpointSlice{})
+	port, err := r.Activator.Open(key)
+	if err != nil {
+		return err
+	}
+	_, err = r.apply(ctx, s, desiredActivatorSlice(s.obj, r.Activator.IP(), port), &discoveryv1.EndpointSlice{})
 	return err
 }

@@ -124,6 +124,7 @@ type scope struct {
 // +kubebuilder:rbac:groups=serving.aiinference.io,resources=aiinferences/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings the children of one AIInference in line with its spec and
@@ -177,6 +178,9 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 	r.verified.forget(key)
 	r.readyReasons.forget(key)
 	r.autoscaler.forget(key)
+	if r.Activator != nil {
+		r.Activator.Close(key)
+	}
 }
 
 // reconcileSteps reads the spec, observes, and brings each child in line. It

@@ -16,6 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -163,23 +164,48 @@ func TestScaleToZeroAndBackHoldsTheRequest(t *testing.T) {
 	})
 	g.Expect(slice.Labels[discoveryv1.LabelServiceName]).To(Equal("to-zero"))
 	g.Expect(slice.Endpoints).To(HaveLen(1))
-	g.Expect(net.JoinHostPort(slice.Endpoints[0].Addresses[0], strconv.Itoa(int(*slice.Ports[0].Port)))).To(Equal(activatorAddr))
+	g.Expect(slice.Endpoints[0].Addresses[0]).To(Equal(activatorIP))
+	activatorAddr := net.JoinHostPort(activatorIP, strconv.Itoa(int(*slice.Ports[0].Port)))
 
-	// A request to the Service, at the activator's address as kube-proxy sends it.
-	answered := make(chan string, 1)
-	go func() {
+	// A request to the Service, at the model's port of the activator as
+	// kube-proxy sends it; the Host header names another namespace's model,
+	// which the port, not the header, decides against.
+	send := func() string {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+activatorAddr+"/v1/completions",
 			strings.NewReader(`{"model":"`+analysistest.DefaultModel+`","prompt":"hello","max_tokens":2}`))
-		req.Host = fmt.Sprintf("to-zero.%s.svc:%d", key.Namespace, enginePort)
+		req.Host = fmt.Sprintf("victim.elsewhere.svc:%d", enginePort)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			answered <- err.Error()
-			return
+			return err.Error()
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
-		answered <- fmt.Sprintf("%d %s", resp.StatusCode, body)
-	}()
+		return fmt.Sprintf("%d %s", resp.StatusCode, body)
+	}
+	// The model's policy lets in pods labelled app=frontend only: the test's
+	// address, which no pod holds, is refused as it would be at the pods.
+	ingress := &networkingv1.NetworkPolicy{}
+	updateObject(g, key, func(o *servingv1.AIInference) {
+		o.Spec.NetworkPolicy = &servingv1.NetworkPolicySpec{Enabled: true, From: []networkingv1.NetworkPolicyPeer{
+			{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "frontend"}}}}}
+	})
+	g.Eventually(func() error {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: "to-zero-ingress"}, ingress)
+	}).WithTimeout(waitTimeout).Should(Succeed())
+	g.Expect(send()).To(HavePrefix("403 "), "a client the model's policy does not let in")
+	refused := &servingv1.AIInference{}
+	g.Expect(k8s.Get(ctx, key, refused)).To(Succeed())
+	g.Expect(refused.Status.Autoscaling.DesiredReplicas).To(BeZero(), "a refused request wakes nothing")
+	// Let in by address (ipBlock), the client's request is held.
+	updateObject(g, key, func(o *servingv1.AIInference) {
+		o.Spec.NetworkPolicy.From = []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: activatorIP + "/32"}}}
+	})
+	g.Eventually(func(g Gomega) {
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: "to-zero-ingress"}, ingress)).To(Succeed())
+		g.Expect(ingress.Spec.Ingress[0].From[0].IPBlock).NotTo(BeNil())
+	}).WithTimeout(waitTimeout).Should(Succeed())
+	answered := make(chan string, 1)
+	go func() { answered <- send() }()
 	back := eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		g.Expect(obj.Status.Autoscaling.DesiredReplicas).To(Equal(int32(1)))
 	})

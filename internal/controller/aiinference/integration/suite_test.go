@@ -89,13 +89,13 @@ func runSuite(m *testing.M) int {
 	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(reconcileCounter{})))
 	mgrCfg := rest.CopyConfig(cfg)
 	mgrCfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return writeCounter{rt} }
-	activatorAddr, err = freeAddr()
+	activatorIP, err = hostIP()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	mgr, err := manager.New(mgrCfg, manager.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0", LoaderImage: "example.test/model-loader:test",
-		AutoscaleInterval: time.Second, ActivatorBindAddress: activatorAddr, ActivatorAdvertiseAddress: activatorIP,
+		AutoscaleInterval: time.Second, ActivatorBindAddress: net.JoinHostPort(activatorIP, "0"), ActivatorAdvertiseAddress: activatorIP,
 		OperatorNamespace: operatorNamespace, RouterService: manager.DefaultRouterService})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -262,23 +262,17 @@ func writesSince(n int64, namespace string) []string {
 	return writes
 }
 
-// activatorAddr is where the suite's operator runs its activator, at
-// activatorIP: the host's own address, since an EndpointSlice may not name a
-// loopback one.
-var activatorAddr, activatorIP string
+// activatorIP is where the suite's operator runs its activator (each model at
+// zero on a port the kernel picks): the host's own address, since an
+// EndpointSlice may not name a loopback one.
+var activatorIP string
 
-// freeAddr is an address of the host's, not loopback, with a port free a moment ago.
-func freeAddr() (string, error) {
+// hostIP is an address of the host's, not loopback.
+func hostIP() (string, error) {
 	probe, err := net.Dial("udp", "192.0.2.1:9") // sends nothing: picks the outgoing address
 	if err != nil {
 		return "", err
 	}
-	activatorIP = probe.LocalAddr().(*net.UDPAddr).IP.String()
-	_ = probe.Close()
-	l, err := net.Listen("tcp", net.JoinHostPort(activatorIP, "0"))
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	defer probe.Close()
+	return probe.LocalAddr().(*net.UDPAddr).IP.String(), nil
 }
