@@ -176,6 +176,11 @@ bench-cache: tools ## The node-local model cache: a replica's start with a cold 
 	MODELCACHE_BENCH=1 LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeModelCacheColdAndWarm' -count=1 -timeout 30m -v \
 		| grep -E 'cache figure|^(--- |ok|FAIL)'
 
+.PHONY: bench-adapters
+bench-adapters: tools ## LoRA adapters on a real node: seconds from an adapter added to the spec to its first answer on the running replica, beside a rolling restart for the same change, and the base model's failed requests meanwhile (root, cgroup v1)
+	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeAdaptersLoadWithoutRestart' -count=1 -timeout 20m -v \
+		| grep -E 'adapters figure|^(--- |ok|FAIL)'
+
 .PHONY: test-netpol
 test-netpol: tools ## NetworkPolicy enforced on a real node (kube-router): an allowed client served, a denied one refused, the loader and the Gateway still through (root, cgroup v1)
 	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeNetworkPolicyIsEnforced' -count=1 -timeout 20m -v \

@@ -22,6 +22,9 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || !has(self.rollout) || self.rollout.strategy != 'Canary'",message="autoscaling and rollout.strategy Canary cannot be combined yet: the canary's share is sized from a fixed replica count; use the Rolling strategy with autoscaling, or remove autoscaling"
 // +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || self.engine.type == 'vLLM' || !has(self.autoscaling.targets.kvCacheUtilization)",message="autoscaling.targets.kvCacheUtilization needs vLLM's vllm:kv_cache_usage_perc; TGI and Triton export no KV-cache utilisation: use queueDepth (or runningRequests with TGI)"
 // +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || self.engine.type != 'Triton' || !has(self.autoscaling.targets.runningRequests)",message="autoscaling.targets.runningRequests: Triton exports no gauge of running requests: use queueDepth (nv_inference_pending_request_count)"
+// +kubebuilder:validation:XValidation:rule="!has(self.adapters) || self.adapters.all(a, a.name != self.model.name)",message="spec.adapters names an adapter after the base model (spec.model.name): requests choose between them by name, so give the adapter another name"
+// +kubebuilder:validation:XValidation:rule="!has(self.adapters) || self.adapters.all(a, !has(a.source.pvc) || (has(self.model.source.pvc) && a.source.pvc.claimName == self.model.source.pvc.claimName))",message="an adapter's pvc source must be on the model's claim (spec.model.source.pvc.claimName), the one volume of sources the pods mount; put the adapter on that claim, or in an s3 or http source"
+// +kubebuilder:validation:XValidation:rule="self.engine.type != 'Triton' || !has(self.adapters) || size(self.adapters) == 0",message="Triton cannot serve LoRA adapters at run time (its vLLM backend reads them only from its model repository): remove spec.adapters, or serve the model with engine.type vLLM (adapters loaded without restart) or TGI (adapters at start)"
 // +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || self.engine.type != 'Triton' || !has(self.autoscaling.minReplicas) || self.autoscaling.minReplicas >= 1",message="autoscaling.minReplicas 0 needs to know when the model is idle, and Triton exports no gauge of running requests: set minReplicas to 1 or more for Triton"
 // +kubebuilder:validation:XValidation:rule="!has(self.routing) || !self.routing.enabled || self.engine.type != 'Triton'",message="routing.enabled needs an OpenAI API (the router reads the model and the prompt from /v1/completions and /v1/chat/completions bodies), which Triton does not serve: use vLLM or TGI, or leave routing off"
 // +kubebuilder:validation:XValidation:rule="!has(self.routing) || !self.routing.enabled || !has(self.autoscaling) || !has(self.autoscaling.minReplicas) || self.autoscaling.minReplicas >= 1",message="routing.enabled with autoscaling.minReplicas 0 is not supported yet: the operator's activator, which holds the requests of a model at zero, stands where the router would; set autoscaling.minReplicas to 1 or more, or leave routing off"
@@ -90,6 +93,16 @@ type AIInferenceSpec struct {
 	// then only the count to start from.
 	// +optional
 	Autoscaling *AutoscalingSpec `json:"autoscaling,omitempty"`
+
+	// Adapters are LoRA adapters served on top of the base model, each under
+	// its own name. vLLM loads and unloads them in the running replicas
+	// without a restart; TGI takes them at start, so a change of adapters is a
+	// rolling update. Triton cannot serve them.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.all(a, self.exists_one(b, b.name == a.name))",message="spec.adapters names an adapter twice: give each adapter its own name, which is what requests ask for"
+	// +listType=atomic
+	// +optional
+	Adapters []AdapterSpec `json:"adapters,omitempty"`
 
 	// NetworkPolicy, when enabled, limits who may call the model's engine and
 	// where its pods may connect: DNS and the model's store, for the loader.
@@ -568,8 +581,15 @@ type AIInferenceStatus struct {
 	// +optional
 	ModelCache *ModelCacheStatus `json:"modelCache,omitempty"`
 
+	// Adapters is each adapter of spec.adapters: the replicas that serve it
+	// and its last failure.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Adapters []AdapterStatus `json:"adapters,omitempty"`
+
 	// Conditions: Ready (always), Reconciling and Stalled (kstatus, only when True),
-	// ModelLoaded and Available.
+	// ModelLoaded and Available, and AdaptersReady with spec.adapters.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

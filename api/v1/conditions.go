@@ -24,6 +24,9 @@ const (
 	// autoscaler reads every serving replica's signals, False while it holds the
 	// count because it cannot.
 	ConditionScalingActive = "ScalingActive"
+	// ConditionAdaptersReady, with spec.adapters, is True when every ready
+	// replica of the current spec serves every adapter.
+	ConditionAdaptersReady = "AdaptersReady"
 )
 
 // Condition reasons. Events use the same words.
@@ -125,4 +128,20 @@ const (
 	// ReasonNoServingReplicas: no replica of the current spec serves yet, so there
 	// is no signal to read; the count holds.
 	ReasonNoServingReplicas = "NoServingReplicas"
+	// ReasonAdaptersLoaded: every ready replica of the current spec serves every adapter.
+	ReasonAdaptersLoaded = "AdaptersLoaded"
+	// ReasonAdaptersLoading: some ready replicas are still fetching or loading
+	// adapters; the base model and the adapters already loaded serve meanwhile.
+	ReasonAdaptersLoading = "AdaptersLoading"
+	// ReasonAdapterFailed: an adapter could not be fetched or loaded on a
+	// replica (status.adapters[].lastFailure); it is retried with the model's
+	// back-off up to loading.maxRetries, and the replica keeps serving.
+	ReasonAdapterFailed = "AdapterFailed"
+	// ReasonAdaptersRollingOut: the engine takes adapters only at start (TGI),
+	// so the change of spec.adapters rolls the replicas; the old ones serve
+	// the earlier adapters until they are replaced.
+	ReasonAdaptersRollingOut = "AdaptersRollingOut"
+	// ReasonAdaptersUnreachable: the operator cannot reach a replica's
+	// adapter agent to learn or change its adapters; retried.
+	ReasonAdaptersUnreachable = "AdaptersUnreachable"
 )

@@ -55,6 +55,11 @@ const (
 	// after the loader that holds the pod's readiness until the engine has
 	// answered one real completion.
 	WarmupContainerName = "warmup"
+	// AdapterAgentContainerName is the adapter agent (spec.adapters with an
+	// engine that loads them at run time), a native sidecar after the loader
+	// that fetches the adapters and loads them into the engine; its readiness
+	// waits until each adapter the pod started with was tried once.
+	AdapterAgentContainerName = "adapters"
 )
 
 // Defaults for fields the user left out. The CRD defaults them too; these cover
@@ -136,13 +141,14 @@ func (in *AIInference) Backoff() time.Duration {
 // disagree.
 
 // PodServes is true when a model pod serves traffic: its engine passes its
-// readiness probe and its warm-up gate (engine.warmup), where it has one, has
-// seen the engine answer a completion.
+// readiness probe, its warm-up gate (engine.warmup), where it has one, has
+// seen the engine answer a completion, and its adapter agent, where it has
+// one, has tried each adapter the pod started with.
 func PodServes(pod *corev1.Pod) bool {
 	engineReady, warmedUp := false, true
 	for _, cs := range pod.Status.InitContainerStatuses {
-		if cs.Name == WarmupContainerName {
-			warmedUp = cs.Ready
+		if cs.Name == WarmupContainerName || cs.Name == AdapterAgentContainerName {
+			warmedUp = warmedUp && cs.Ready
 		}
 	}
 	for _, cs := range pod.Status.ContainerStatuses {

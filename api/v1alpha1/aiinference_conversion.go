@@ -63,6 +63,7 @@ type v1Fields struct {
 	Autoscaling      *servingv1.AutoscalingSpec    `json:"autoscaling,omitempty"`
 	NetworkPolicy    *servingv1.NetworkPolicySpec  `json:"networkPolicy,omitempty"`
 	Routing          *servingv1.RoutingSpec        `json:"routing,omitempty"`
+	Adapters         []servingv1.AdapterSpec       `json:"adapters,omitempty"`
 	Status           *v1StatusFields               `json:"status,omitempty"`
 }
 
@@ -81,6 +82,7 @@ type v1StatusFields struct {
 	Autoscaling *servingv1.AutoscalingStatus `json:"autoscaling,omitempty"`
 	ModelCache  *servingv1.ModelCacheStatus  `json:"modelCache,omitempty"`
 	Source      *servingv1.SourceStatus      `json:"source,omitempty"`
+	Adapters    []servingv1.AdapterStatus    `json:"adapters,omitempty"`
 	Reason      string                       `json:"reason,omitempty"`
 	Endpoint    string                       `json:"endpoint,omitempty"`
 	Serving     string                       `json:"servingRevision,omitempty"`
@@ -160,6 +162,7 @@ func (src *AIInference) ConvertTo(dstRaw conversion.Hub) error {
 	dst.Spec.Autoscaling = saved.Autoscaling.DeepCopy()
 	dst.Spec.NetworkPolicy = saved.NetworkPolicy.DeepCopy()
 	dst.Spec.Routing = saved.Routing.DeepCopy()
+	dst.Spec.Adapters = copyAdapters(saved.Adapters)
 	if len(dst.Spec.ImagePullSecrets) == 0 {
 		dst.Spec.ImagePullSecrets = nil
 	}
@@ -187,6 +190,7 @@ func (src *AIInference) ConvertTo(dstRaw conversion.Hub) error {
 		dst.Status.Autoscaling = ss.Autoscaling.DeepCopy()
 		dst.Status.ModelCache = ss.ModelCache.DeepCopy()
 		dst.Status.Source = ss.Source.DeepCopy()
+		dst.Status.Adapters = copyAdapterStatuses(ss.Adapters)
 		dst.Status.Reason, dst.Status.Endpoint, dst.Status.ServingRevision = ss.Reason, ss.Endpoint, ss.Serving
 	}
 	return nil
@@ -224,6 +228,7 @@ func (dst *AIInference) ConvertFrom(srcRaw conversion.Hub) error {
 		Autoscaling:      s.Autoscaling.DeepCopy(),
 		NetworkPolicy:    s.NetworkPolicy.DeepCopy(),
 		Routing:          s.Routing.DeepCopy(),
+		Adapters:         copyAdapters(s.Adapters),
 	}
 	if !equality.Semantic.DeepEqual(sourceFromLocation(loc), s.Model.Source) {
 		lost.Source = s.Model.Source.DeepCopy()
@@ -274,7 +279,8 @@ func (dst *AIInference) ConvertFrom(srcRaw conversion.Hub) error {
 		LastLoad: st.LastLoad.DeepCopy(), LastFailure: st.LastFailure.DeepCopy(),
 		Updated: st.UpdatedReplicas, LoadBudget: st.LoadBudget.DeepCopy(), RequestedAt: st.LastHandledRequestedAt,
 		Rollout: st.Rollout.DeepCopy(), Autoscaling: st.Autoscaling.DeepCopy(), ModelCache: st.ModelCache.DeepCopy(),
-		Source: st.Source.DeepCopy(), Reason: st.Reason, Endpoint: st.Endpoint, Serving: st.ServingRevision,
+		Source: st.Source.DeepCopy(), Adapters: copyAdapterStatuses(st.Adapters),
+		Reason: st.Reason, Endpoint: st.Endpoint, Serving: st.ServingRevision,
 	}
 	if !equality.Semantic.DeepEqual(statusLost, v1StatusFields{}) {
 		lost.Status = &statusLost

@@ -198,13 +198,13 @@ func keepOnlyWhatV1Alpha1Expresses(o *servingv1.AIInference) {
 	s.Engine.Env, s.Engine.Port, s.Engine.SecurityContext, s.Engine.Warmup = nil, 0, nil, nil
 	s.GPU.Products = productsFrom(firstProduct(s.GPU.Products))
 	s.Cache, s.ServiceAccountName, s.PodMetadata, s.ImagePullSecrets, s.Rollout, s.Autoscaling = nil, "", nil, nil, nil, nil
-	s.NetworkPolicy, s.Routing = nil, nil
+	s.NetworkPolicy, s.Routing, s.Adapters = nil, nil, nil
 	s.Loading.Timeout = durationFrom(secondsOf(s.Loading.Timeout), nil)
 	s.Loading.Backoff = durationFrom(secondsOf(s.Loading.Backoff), nil)
 	st := &o.Status
 	st.Ready, st.GPU, st.ModelLoaded, st.LoadRetries, st.LastLoad, st.LastFailure = "", "", false, 0, nil, nil
 	st.UpdatedReplicas, st.LoadBudget, st.LastHandledRequestedAt, st.Rollout, st.Autoscaling = 0, nil, "", nil, nil
-	st.Reason, st.Endpoint, st.ServingRevision, st.ModelCache, st.Source = "", "", "", nil, nil
+	st.Reason, st.Endpoint, st.ServingRevision, st.ModelCache, st.Source, st.Adapters = "", "", "", nil, nil, nil
 }
 
 // The source of a conversion is never modified.

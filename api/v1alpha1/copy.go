@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
 )
 
 // Deep copies used by the conversion, so converted objects never share memory
@@ -73,4 +75,25 @@ func copyConditions(cs []metav1.Condition) []metav1.Condition {
 		cs[i].DeepCopyInto(&c[i])
 	}
 	return c
+}
+
+// copyDeep deep-copies a list of API structs, keeping nil as nil.
+func copyDeep[T any, P interface {
+	*T
+	DeepCopyInto(*T)
+}](in []T) []T {
+	if in == nil {
+		return nil
+	}
+	out := make([]T, len(in))
+	for i := range in {
+		P(&in[i]).DeepCopyInto(&out[i])
+	}
+	return out
+}
+
+func copyAdapters(as []servingv1.AdapterSpec) []servingv1.AdapterSpec { return copyDeep(as) }
+
+func copyAdapterStatuses(as []servingv1.AdapterStatus) []servingv1.AdapterStatus {
+	return copyDeep(as)
 }

@@ -57,6 +57,10 @@ var externalFlags = map[string]string{
 	"multi-thread-chunk-size":  "rclone",
 	"profiling":                "kube-apiserver",
 	"take-ownership":           "helm install",
+	"enable-lora":              "vLLM",
+	"max-loras":                "vLLM, llm-d-inference-sim",
+	"max-cpu-loras":            "vLLM, llm-d-inference-sim",
+	"max-lora-rank":            "vLLM",
 }
 
 // externalWords are PascalCase words the docs write as code that are not the

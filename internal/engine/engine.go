@@ -6,6 +6,8 @@ package engine
 import (
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/warmup"
 )
@@ -20,7 +22,30 @@ type Params struct {
 	Port int32
 	// TensorParallel is the number of GPUs to shard the model over (at least 1).
 	TensorParallel int32
+	// Adapters are the LoRA adapters of the spec; the engine is started able
+	// to serve them (and, for an engine that takes them only at start, with
+	// them).
+	Adapters []Adapter
 }
+
+// Adapter is a LoRA adapter's served name and its folder in the pod.
+type Adapter struct {
+	Name, Path string
+}
+
+// AdapterLoading is how an engine takes LoRA adapters.
+type AdapterLoading int
+
+const (
+	// AdaptersUnsupported: the engine cannot serve adapters (admission refuses them).
+	AdaptersUnsupported AdapterLoading = iota
+	// AdaptersAtStart: the adapters are part of the engine's start (its
+	// environment), so a change of adapters is a rolling update.
+	AdaptersAtStart
+	// AdaptersAtRunTime: the adapter agent loads and unloads them in the
+	// running engine.
+	AdaptersAtRunTime
+)
 
 // Engine is one model server's knowledge.
 type Engine interface {
@@ -45,6 +70,10 @@ type Engine interface {
 	// WarmupAPI is how the warm-up gate asks the engine for a completion; empty
 	// when the engine has no completions API to ask.
 	WarmupAPI() warmup.API
+	// AdapterLoading is how the engine takes LoRA adapters.
+	AdapterLoading() AdapterLoading
+	// Env is the environment the engine needs beside the user's (which wins).
+	Env(p Params) []corev1.EnvVar
 	// SignalMetrics are the /metrics gauges that carry an autoscaling signal,
 	// the first one exported wins; none when the engine exports no such gauge.
 	SignalMetrics(s servingv1.AutoscalingSignal) []string

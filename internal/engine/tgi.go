@@ -2,6 +2,9 @@ package engine
 
 import (
 	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/warmup"
@@ -46,6 +49,22 @@ func (tgi) Args(p Params) []string {
 		"--port", strconv.Itoa(int(p.Port)),
 		"--num-shard", strconv.Itoa(int(p.TensorParallel)),
 	}
+}
+
+// AdapterLoading: at start. launcher/src/main.rs reads LORA_ADAPTERS, a
+// comma-separated list of adapter ids or name=path pairs for local folders,
+// and loads them with the model; TGI has no API to load one later.
+func (tgi) AdapterLoading() AdapterLoading { return AdaptersAtStart }
+
+func (tgi) Env(p Params) []corev1.EnvVar {
+	if len(p.Adapters) == 0 {
+		return nil
+	}
+	list := make([]string, 0, len(p.Adapters))
+	for _, a := range p.Adapters {
+		list = append(list, a.Name+"="+a.Path)
+	}
+	return []corev1.EnvVar{{Name: "LORA_ADAPTERS", Value: strings.Join(list, ",")}}
 }
 
 // MetricsPort: the router serves /metrics on its HTTP port too.

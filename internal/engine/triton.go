@@ -3,6 +3,8 @@ package engine
 import (
 	"strconv"
 
+	corev1 "k8s.io/api/core/v1"
+
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/warmup"
 )
@@ -58,6 +60,13 @@ func (triton) Args(p Params) []string {
 		"--http-port=" + strconv.Itoa(int(p.Port)),
 	}
 }
+
+// AdapterLoading: none. Triton's vLLM backend reads adapters only from its
+// model repository (multi_lora.json beside model.json); admission refuses
+// spec.adapters for Triton.
+func (triton) AdapterLoading() AdapterLoading { return AdaptersUnsupported }
+
+func (triton) Env(Params) []corev1.EnvVar { return nil }
 
 // MetricsPort: tritonserver serves /metrics on its own port.
 func (triton) MetricsPort() int32 { return 8002 }

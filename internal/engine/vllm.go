@@ -3,6 +3,8 @@ package engine
 import (
 	"strconv"
 
+	corev1 "k8s.io/api/core/v1"
+
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/warmup"
 )
@@ -48,7 +50,25 @@ func (vllm) Args(p Params) []string {
 	if p.TensorParallel > 1 {
 		args = append(args, "--tensor-parallel-size", strconv.Itoa(int(p.TensorParallel)))
 	}
+	if len(p.Adapters) > 0 {
+		// Only whether there are adapters is in the arguments: which ones is
+		// the adapter agent's, so that a change rolls no pod.
+		args = append(args, "--enable-lora")
+	}
 	return args
+}
+
+// AdapterLoading: at run time, through POST /v1/load_lora_adapter and
+// /v1/unload_lora_adapter, which vllm/entrypoints/openai/api_server.py serves
+// only with VLLM_ALLOW_RUNTIME_LORA_UPDATING set (vllm/envs.py reads "true" or
+// "1", case-insensitive).
+func (vllm) AdapterLoading() AdapterLoading { return AdaptersAtRunTime }
+
+func (vllm) Env(p Params) []corev1.EnvVar {
+	if len(p.Adapters) == 0 {
+		return nil
+	}
+	return []corev1.EnvVar{{Name: "VLLM_ALLOW_RUNTIME_LORA_UPDATING", Value: "True"}}
 }
 
 // MetricsPort: /metrics is on the HTTP port.

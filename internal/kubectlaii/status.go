@@ -52,6 +52,17 @@ type StatusReport struct {
 	ModelCache *ModelCacheReport `json:"modelCache,omitempty"`
 	// Routing is where the router sent the requests (spec.routing.enabled).
 	Routing *RoutingReport `json:"routing,omitempty"`
+	// Adapters are spec.adapters with what status says of each.
+	Adapters []AdapterReport `json:"adapters,omitempty"`
+}
+
+// AdapterReport is one LoRA adapter: its source and revision, and the
+// replicas that serve it.
+type AdapterReport struct {
+	Name     string `json:"name"`
+	Source   string `json:"source"`
+	Revision string `json:"revision,omitempty"`
+	servingv1.AdapterStatus
 }
 
 // AutoscalingReport is the autoscaler's view.
@@ -217,6 +228,15 @@ func statusReport(v *view, now time.Time) StatusReport {
 			r.Autoscaling.AutoscalingStatus = *st.Autoscaling
 		}
 	}
+	served := map[string]servingv1.AdapterStatus{}
+	for _, a := range st.Adapters {
+		served[a.Name] = a
+	}
+	for _, a := range obj.Spec.Adapters {
+		as := served[a.Name]
+		as.Name = a.Name
+		r.Adapters = append(r.Adapters, AdapterReport{Name: a.Name, Source: adapterSource(a.Source), Revision: a.Revision, AdapterStatus: as})
+	}
 	for _, c := range st.Conditions {
 		r.Conditions = append(r.Conditions, ConditionReport{Type: c.Type, Status: string(c.Status), Reason: c.Reason, Message: c.Message, Since: age(c.LastTransitionTime, now)})
 	}
@@ -354,6 +374,9 @@ func writeStatus(out io.Writer, r StatusReport) {
 	if rt := r.Routing; rt != nil {
 		writeRouting(out, rt)
 	}
+	if len(r.Adapters) > 0 {
+		writeAdapters(out, r.Adapters)
+	}
 	if f := r.LastFailure; f != nil {
 		fmt.Fprintf(out, "Last failure: %s on pod %s at %s", f.Reason, dash(f.Pod), f.Time.UTC().Format(time.RFC3339))
 		if f.ExitCode != 0 {
@@ -461,4 +484,41 @@ func sourceLine(obj *servingv1.AIInference) string {
 		line += ", mode " + string(st.Mode)
 	}
 	return line
+}
+
+// adapterSource is where an adapter is fetched from, in one word.
+func adapterSource(src servingv1.ModelSource) string {
+	switch {
+	case src.S3 != nil:
+		return "s3://" + src.S3.Bucket + "/" + strings.TrimPrefix(src.S3.Prefix, "/")
+	case src.PVC != nil:
+		return "pvc://" + src.PVC.ClaimName + "/" + src.PVC.Path
+	case src.HTTP != nil:
+		return src.HTTP.URL
+	case src.HuggingFace != nil:
+		return "hf://" + src.HuggingFace.Repository
+	case src.OCI != nil:
+		return "oci://" + src.OCI.Reference
+	}
+	return "-"
+}
+
+// writeAdapters lists the LoRA adapters: the replicas that serve each, and
+// its last failure.
+func writeAdapters(out io.Writer, adapters []AdapterReport) {
+	fmt.Fprintln(out, "\nAdapters:")
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ADAPTER\tREVISION\tSOURCE\tSERVING\tPODS\tLAST FAILURE")
+	for _, a := range adapters {
+		failure := "-"
+		if f := a.LastFailure; f != nil {
+			retry := "not retried"
+			if f.Retrying {
+				retry = "retrying"
+			}
+			failure = fmt.Sprintf("%s on %s, attempt %d, %s: %s", f.Reason, f.Pod, f.Attempts, retry, f.Message)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", a.Name, dash(a.Revision), a.Source, a.ServingReplicas, dash(strings.Join(a.Pods, ",")), failure)
+	}
+	_ = tw.Flush()
 }

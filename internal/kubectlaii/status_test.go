@@ -87,3 +87,27 @@ func TestStatusShowsTheResolvedSource(t *testing.T) {
 		}
 	}
 }
+
+func TestStatusListsTheAdapters(t *testing.T) {
+	at := metav1.NewTime(time.Date(2026, 12, 6, 13, 0, 0, 0, time.UTC))
+	obj := &servingv1.AIInference{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "llm"}}
+	obj.Spec.Adapters = []servingv1.AdapterSpec{
+		{Name: "sql-lora", Revision: "v2", Source: servingv1.ModelSource{S3: &servingv1.S3Source{Bucket: "adapters", Prefix: "sql/"}}},
+		{Name: "chat-lora", Source: servingv1.ModelSource{S3: &servingv1.S3Source{Bucket: "adapters", Prefix: "chat/"}}},
+	}
+	obj.Status.Adapters = []servingv1.AdapterStatus{
+		{Name: "sql-lora", ServingReplicas: 2, Pods: []string{"llm-a", "llm-b"}},
+		{Name: "chat-lora", LastFailure: &servingv1.AdapterFailure{Reason: loadspec.ReasonNotFound, Message: "nothing under s3://adapters/chat/", Pod: "llm-a", Attempts: 1, Retrying: false, Time: at}},
+	}
+	var out strings.Builder
+	writeStatus(&out, statusReport(&view{obj: obj}, at.Time))
+	for _, want := range []string{
+		"ADAPTER    REVISION  SOURCE               SERVING  PODS         LAST FAILURE",
+		"sql-lora   v2        s3://adapters/sql/   2        llm-a,llm-b  -",
+		"chat-lora  -         s3://adapters/chat/  0        -            SourceNotFound on llm-a, attempt 1, not retried: nothing under s3://adapters/chat/",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -48,10 +48,31 @@ func runOnce(ctx context.Context, o Options, log *slog.Logger) (loadspec.Summary
 	ctx, cancel := context.WithTimeoutCause(ctx, o.Timeout.Duration, context.DeadlineExceeded)
 	defer cancel()
 	err := l.load(ctx)
+	if err == nil && len(o.Adapters) > 0 {
+		err = fetchAdapters(ctx, o, log)
+	}
 	l.mu.Lock()
 	l.stage = "done"
 	l.mu.Unlock()
 	return l.summary(err), err
+}
+
+// fetchAdapters fetches, after the model, the adapters an engine takes only at
+// start, one after the other, within what is left of the load's timeout.
+func fetchAdapters(ctx context.Context, o Options, log *slog.Logger) error {
+	for _, a := range o.Adapters {
+		ao, err := o.AdapterOptions(a.Load)
+		if err != nil {
+			return fmt.Errorf("adapter %s: %w", a.Name, err)
+		}
+		log.Info("Fetching adapter", "adapter", a.Name, "source", ao.Source, "dest", ao.Dest)
+		s, err := runOnce(ctx, ao, log.With("adapter", a.Name))
+		if err != nil {
+			return fmt.Errorf("adapter %s: %w", a.Name, err)
+		}
+		log.Info("Fetched adapter", "adapter", a.Name, "files", s.Files, "bytes", s.Bytes, "verified", s.Verified, "cacheHit", s.CacheHit)
+	}
+	return nil
 }
 
 // run is the state of one Run.
@@ -119,9 +140,12 @@ func round(v float64, digits int) float64 {
 
 func (l *run) load(ctx context.Context) error {
 	o := l.opts
-	creds, err := loadCredentials(o.CredentialsDir, os.Getenv)
-	if err != nil {
-		return err
+	var creds credentials
+	var err error
+	if !o.Anonymous {
+		if creds, err = loadCredentials(o.CredentialsDir, os.Getenv); err != nil {
+			return err
+		}
 	}
 	l.dest, err = filepath.Abs(o.Dest)
 	if err != nil {

@@ -207,7 +207,15 @@ func mergeOptions(file loadspec.Config, fv flagValues, set map[string]bool) (Opt
 		o.CheckMultipartETag = fv.checkMultipart
 	}
 	o.StoreChecksums = !set["store-checksums"] || fv.storeChecksums
+	o = o.withDefaults()
+	return o, o.validate()
+}
 
+// withDefaults fills the settings left at zero.
+func (o Options) withDefaults() Options {
+	if o.S3 == nil {
+		o.S3 = &loadspec.S3Options{}
+	}
 	if o.Concurrency == 0 {
 		o.Concurrency = DefaultConcurrency
 	}
@@ -223,7 +231,29 @@ func mergeOptions(file loadspec.Config, fv flagValues, set map[string]bool) (Opt
 	if o.ProgressInterval <= 0 {
 		o.ProgressInterval = DefaultProgressInterval
 	}
-	return o, o.validate()
+	return o
+}
+
+// DefaultOptions are the process settings of a loader given no flags: every
+// check on, the default concurrency and timeouts.
+func DefaultOptions() Options {
+	return Options{CheckMultipartETag: true, StoreChecksums: true}.withDefaults()
+}
+
+// AdapterOptions are the options of one adapter's fetch: its own configuration
+// with this process's settings (credentials, checks, progress logging), and no
+// budget, progress board or termination message of its own.
+func (o Options) AdapterOptions(cfg loadspec.Config) (Options, error) {
+	a := Options{
+		Config:             cfg,
+		ProgressInterval:   o.ProgressInterval,
+		CredentialsDir:     o.CredentialsDir,
+		CheckMultipartETag: !cfg.SkipMultipartETagCheck && o.CheckMultipartETag,
+		StoreChecksums:     o.StoreChecksums,
+	}
+	a.Adapters = nil
+	a = a.withDefaults()
+	return a, a.validate()
 }
 
 func (o Options) validate() error {

@@ -75,7 +75,11 @@ func newS3Source(ctx context.Context, su sourceURL, o Options, c credentials) (*
 	if region != "" {
 		loadOpts = append(loadOpts, awsconfig.WithRegion(region))
 	}
-	if c.AccessKeyID != "" {
+	switch {
+	case o.Anonymous:
+		// Not even the default chain: the pod's keys are the model's store's.
+		loadOpts = append(loadOpts, awsconfig.WithCredentialsProvider(aws.AnonymousCredentials{}))
+	case c.AccessKeyID != "":
 		loadOpts = append(loadOpts, awsconfig.WithCredentialsProvider(
 			awscreds.NewStaticCredentialsProvider(c.AccessKeyID, c.SecretAccessKey, c.SessionToken)))
 	}

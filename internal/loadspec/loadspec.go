@@ -88,6 +88,14 @@ type Config struct {
 	// (MD5, about one core-second per 650 MB), which a loader held to a small CPU
 	// limit may not afford; a store checksum (a CRC) costs next to nothing.
 	SkipMultipartETagCheck bool `json:"skipMultipartETagCheck,omitempty"`
+	// Anonymous fetches with no credentials at all: neither the pod's nor the
+	// default chain's. An adapter whose source names no credentials of its own
+	// is fetched so, so that the model's keys never go to another store.
+	Anonymous bool `json:"anonymous,omitempty"`
+	// Adapters are fetched, after the model, by a loader whose engine takes
+	// adapters only at start (TGI): each into its own destination, verified
+	// like the model. A failed adapter fails the load.
+	Adapters []Adapter `json:"adapters,omitempty"`
 }
 
 // S3Options are the S3-specific settings.

@@ -108,6 +108,13 @@ var All = []Explanation{
 	{servingv1.ReasonProgressDeadlineExceeded, "The rollout made no progress within the Deployment's progress deadline (sized from loading.timeout); the message adds why the replicas do not become ready.",
 		"Act on the cause in the message; the rollout goes on once it is fixed.", warning, watched, ""},
 	{servingv1.ReasonPartiallyAvailable, "Some but not all desired replicas serve.", "Wait, or see why the others do not (kubectl aii why NAME).", normal, watched, ""},
+	{servingv1.ReasonAdaptersLoaded, "Every serving replica of the current spec serves every adapter of spec.adapters (the AdaptersReady condition).", "", normal, watched, ""},
+	{servingv1.ReasonAdaptersLoading, "Some serving replicas are still fetching or loading adapters of spec.adapters; they serve the base model and the adapters already loaded meanwhile.", "Wait; kubectl aii status NAME lists each adapter's replicas. If it lasts, see status.adapters[].lastFailure.", normal, watched, ""},
+	{servingv1.ReasonAdapterFailed, "An adapter of spec.adapters could not be fetched (SourceNotFound, AccessDenied, ChecksumMismatch, ...) or the engine refused to load it (EngineRefused: files it cannot read, a rank above --max-lora-rank); status.adapters[].lastFailure names the pod and the message. It is retried with loading.backoff up to loading.maxRetries unless permanent; the replica keeps serving the base model and the other adapters.",
+		"Fix the adapter's files or source (or the engine's --max-lora-rank), then give the adapter a new revision to try it again at once.", warning, watched, ""},
+	{servingv1.ReasonAdaptersRollingOut, "The engine takes adapters only at start (TGI, through LORA_ADAPTERS), so the change of spec.adapters rolls the replicas; the old replicas serve the earlier adapters until they are replaced.", "Wait for the rolling update; serve the model with vLLM to add and remove adapters without a restart.", normal, watched, ""},
+	{servingv1.ReasonAdaptersUnreachable, "The operator cannot reach a replica's adapter agent (port 8097) to put the adapter set or read where its adapters stand; it tries again every 2 seconds.",
+		"Check that nothing (a NetworkPolicy) keeps the operator from the pods' port 8097, and the agent's log (kubectl logs POD -c adapters).", warning, watched, ""},
 
 	// Reasons in status.lastFailure: the loader's, and the kubelet's for a killed loader.
 	{loadspec.ReasonNotFound, "The loader found no model at the source: the bucket, prefix, URL or path does not exist or is empty, the OCI reference is not in the registry, or no file of a Hugging Face repository matches the include and exclude patterns. Permanent: loads stop.",
@@ -126,6 +133,7 @@ var All = []Explanation{
 	{loadspec.ReasonTimeout, "The loader's download did not finish within loading.timeout; retried.", "Raise spec.loading.timeout for a large model or slow storage.", warning, watched, ""},
 	{loadspec.ReasonTransient, "A retryable error: the network, the store busy (5xx, throttling), or a download that stalled (no byte for the stall timeout and cut by the watchdog); retried with back-off.",
 		"Usually nothing; if it repeats, check the store's reachability from the nodes and its load.", warning, watched, ""},
+	{loadspec.ReasonEngineRefused, "The engine answered an adapter's load request with an error (in status.adapters[].lastFailure): files it cannot read, a rank above --max-lora-rank, LoRA not enabled. Retried only when the engine answered 5xx.", "Fix the adapter's files, or the engine's LoRA arguments (--max-lora-rank, --max-loras) in spec.engine.args.", warning, watched, ""},
 	{loadspec.ReasonHalted, "The loader refused to start: the operator halted loads, or this pod spent its attempts.", "See the object's Ready reason (LoadFailed or RetriesExhausted).", warning, watched, ""},
 	{"OOMKilled", "The kubelet killed the loader for exceeding its memory limit (exit 137); retried.", "The loader's limit is 512Mi plus an in-memory cache's size: give spec.model.size (or spec.cache.sizeLimit) so a Memory cache is counted, or use a Disk or PVC cache (spec.cache) for a large model.", warning, watched, ""},
 }

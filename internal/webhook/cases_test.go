@@ -68,8 +68,43 @@ func withTolerations(ts ...corev1.Toleration) *servingv1.AIInference {
 
 var gpuToleration = corev1.Toleration{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
 
+func withAdapters(mutate func(*servingv1.AIInference), names ...string) *servingv1.AIInference {
+	return validV1(func(o *servingv1.AIInference) {
+		for _, n := range names {
+			o.Spec.Adapters = append(o.Spec.Adapters, servingv1.AdapterSpec{Name: n,
+				Source: servingv1.ModelSource{S3: &servingv1.S3Source{Bucket: "adapters", Prefix: n + "/"}}})
+		}
+		if mutate != nil {
+			mutate(o)
+		}
+	})
+}
+
 func invalidCases() []invalidCase {
 	return []invalidCase{
+		// v1: LoRA adapters.
+		{name: "adapter named twice", schema: true, obj: withAdapters(nil, "sql", "chat", "sql"),
+			want: []string{"spec.adapters", "names an adapter twice", "give each adapter its own name"}},
+		{name: "adapter named after the model", schema: true, obj: withAdapters(nil, "llama-3.1-8b-instruct"),
+			want: []string{"after the base model", "give the adapter another name"}},
+		{name: "adapters on Triton", schema: true, obj: withAdapters(func(o *servingv1.AIInference) { o.Spec.Engine.Type = servingv1.EngineTriton }, "sql"),
+			want: []string{"Triton cannot serve LoRA adapters", "engine.type vLLM", "TGI"}},
+		{name: "adapter with another Secret", obj: withAdapters(func(o *servingv1.AIInference) {
+			o.Spec.Adapters[0].Source.S3.CredentialsSecretRef = &servingv1.S3CredentialsSecretRef{Name: "other"}
+		}, "sql"),
+			want: []string{"spec.adapters[0].source", "may only name the model's credentials Secret", "or none"}},
+		{name: "adapter on another claim", schema: true, obj: withAdapters(func(o *servingv1.AIInference) {
+			o.Spec.Adapters[0].Source = servingv1.ModelSource{PVC: &servingv1.PVCSource{ClaimName: "adapters"}}
+		}, "sql"),
+			want: []string{"must be on the model's claim", "spec.model.source.pvc.claimName"}},
+		{name: "adapter name with a slash", schema: true, obj: withAdapters(nil, "team/sql"),
+			want: []string{"adapters[].name must be letters, digits"}},
+		{name: "more adapters than --max-loras", obj: withAdapters(func(o *servingv1.AIInference) { o.Spec.Engine.Args = []string{"--max-loras", "2"} }, "a", "b", "c"),
+			want: []string{"spec.adapters", "lists 3 adapters", "--max-loras 2", "raise --max-loras to at least 3"}},
+		{name: "more adapters than --max-cpu-loras", obj: withAdapters(func(o *servingv1.AIInference) {
+			o.Spec.Engine.Args = []string{"--max-loras=4", "--max-cpu-loras=2"}
+		}, "a", "b", "c"),
+			want: []string{"--max-cpu-loras 2", "the adapters vLLM holds at once"}},
 		// v1: engine arguments the operator sets.
 		{name: "vLLM --port", obj: withArgs(servingv1.EngineVLLM, "--port=9000"),
 			want: []string{"spec.engine.args[0]", `"--port" is set by the operator for vLLM`, "set spec.engine.port instead"}},

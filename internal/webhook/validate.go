@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -244,6 +245,14 @@ func validate(obj *servingv1.AIInference, p paths) (warnings []string, errs fiel
 		errs = append(errs, objectName(p.cacheClaim, s.Cache.PVC.ClaimName, "PersistentVolumeClaim")...)
 	}
 
+	errs = append(errs, validateAdapterLimit(s)...)
+	for i, a := range s.Adapters {
+		if a.Source.NamesCredentials() && !s.Model.Source.SameCredentials(a.Source) {
+			errs = append(errs, field.Forbidden(spec.Child("adapters").Index(i).Child("source"),
+				"an adapter's source may only name the model's credentials Secret and keys (the pods hold no other): name the model's, or none (the adapter is then fetched without credentials)"))
+		}
+	}
+
 	// Pod labels and annotations.
 	if pm := s.PodMetadata; pm != nil {
 		for _, key := range sortedKeys(pm.Labels) {
@@ -390,4 +399,47 @@ func sortedKeys[K ~string, V any](m map[K]V) []K {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// adapterLimitFlags are the engine arguments that bound how many adapters an
+// engine holds, by engine. vLLM keeps --max-cpu-loras adapters in memory
+// (vllm/config/lora.py: it defaults to --max-loras, itself 1 by default);
+// more would be evicted and loaded from disk again on every turn.
+var adapterLimitFlags = map[servingv1.EngineType][]string{
+	servingv1.EngineVLLM: {"--max-cpu-loras", "--max-loras"},
+}
+
+// validateAdapterLimit refuses more adapters than the engine's arguments
+// declare it can hold; nothing is checked where no limit is declared.
+func validateAdapterLimit(s servingv1.AIInferenceSpec) field.ErrorList {
+	if len(s.Adapters) == 0 {
+		return nil
+	}
+	for _, flag := range adapterLimitFlags[s.Engine.Type] {
+		limit, ok := argValue(s.Engine.Args, flag)
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(limit)
+		if err != nil || n < len(s.Adapters) {
+			return field.ErrorList{field.Invalid(spec.Child("adapters"), len(s.Adapters), fmt.Sprintf(
+				"spec.adapters lists %d adapters and spec.engine.args declares %s %s, the adapters %s holds at once: raise %s to at least %d, or remove adapters",
+				len(s.Adapters), flag, limit, s.Engine.Type, flag, len(s.Adapters)))}
+		}
+		return nil // the first flag declared is the engine's limit
+	}
+	return nil
+}
+
+// argValue is the value of a flag in args, given as "--flag value" or "--flag=value".
+func argValue(args []string, flag string) (string, bool) {
+	for i, arg := range args {
+		if v, ok := strings.CutPrefix(arg, flag+"="); ok {
+			return v, true
+		}
+		if arg == flag && i+1 < len(args) {
+			return args[i+1], true
+		}
+	}
+	return "", false
 }

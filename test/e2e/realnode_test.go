@@ -91,6 +91,7 @@ var roomHeld = map[string]time.Duration{
 	"TestAdmissionPolicyOnTheLocalCluster":              7 * time.Second,
 	"TestRealNodeCorruptionStopsDownloads":              5 * time.Second,
 	"TestRealNodeModelCacheDownloadsOncePerNode":        12 * time.Second,
+	"TestRealNodeAdaptersLoadWithoutRestart":            45 * time.Second,
 }
 
 const roomHeldUnknown = 10 * time.Second

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path"
 	"strings"
 
@@ -21,11 +22,16 @@ func loaderConfig(obj *servingv1.AIInference) loadspec.Config {
 		Dest:           modelPath(obj),
 		Timeout:        loadspec.Duration{Duration: obj.LoadTimeout()},
 		SHA256Manifest: obj.Spec.Model.SHA256Manifest,
-		// A PVC cache outlives the pod: its complete marker must never stand over
-		// data a node crash lost. An emptyDir dies with the pod and needs no flush.
-		Fsync: resolvedCache(obj).Type == servingv1.CachePVC || resolvedCache(obj).Type == servingv1.CacheNode,
+		Fsync:          cacheOutlivesPod(obj),
+		Adapters:       startAdapters(obj),
 	}
-	src := obj.Spec.Model.Source
+	setSource(&cfg, obj.Spec.Model.Source)
+	return cfg
+}
+
+// setSource is where the loader fetches from, for the model and for each
+// adapter (which take the same sources).
+func setSource(cfg *loadspec.Config, src servingv1.ModelSource) {
 	switch {
 	case src.S3 != nil:
 		cfg.Source = "s3://" + src.S3.Bucket + "/" + strings.TrimPrefix(src.S3.Prefix, "/")
@@ -41,7 +47,14 @@ func loaderConfig(obj *servingv1.AIInference) loadspec.Config {
 		cfg.Source = "oci://" + src.OCI.Reference
 		cfg.OCI = &loadspec.OCIOptions{PlainHTTP: src.OCI.PlainHTTP}
 	}
-	return cfg
+}
+
+// cacheOutlivesPod is true for a cache that outlives the pod (a PVC, the
+// node's): its complete marker must never stand over data a node crash lost,
+// so the loader flushes. An emptyDir dies with the pod and needs no flush.
+func cacheOutlivesPod(obj *servingv1.AIInference) bool {
+	t := resolvedCache(obj).Type
+	return t == servingv1.CachePVC || t == servingv1.CacheNode
 }
 
 // desiredConfig is the loader configuration file, as JSON.
@@ -72,6 +85,11 @@ func desiredConfigMap(obj *servingv1.AIInference, config string, budget loadspec
 	if resolved != "" {
 		data[loadspec.ResolvedFileName] = resolved
 	}
+	adapters, err := adapterSetData(obj)
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(data, adapters)
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: childMeta(obj, obj.LoaderConfigMapName()),

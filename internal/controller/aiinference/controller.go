@@ -218,6 +218,12 @@ func (r *Reconciler) reconcileSteps(ctx context.Context, s *scope) error {
 	}); err != nil {
 		return err
 	}
+	if runtimeAdapters(s.obj) && s.obs.podsSeen {
+		_ = traced(ctx, "syncAdapters", func(ctx context.Context) error {
+			r.syncAdapters(ctx, s)
+			return nil
+		})
+	}
 	if s.obj.Spec.Autoscaling != nil || s.obj.Status.Autoscaling != nil {
 		_ = traced(ctx, "autoscale", func(ctx context.Context) error {
 			r.autoscale(ctx, s)
@@ -345,6 +351,7 @@ func (s *scope) result(statusErr error) (ctrl.Result, error) {
 	if s.obs.autoscale != nil {
 		soonest = soonestOf(soonest, s.obs.autoscale.requeue)
 	}
+	soonest = soonestOf(soonest, s.obs.adapters.requeue())
 	for _, p := range []*problem{s.obs.referenceProblem, s.obs.nameConflict} {
 		if p != nil && reasons.Explain(p.reason).Unwatched {
 			soonest = soonestOf(soonest, waitingRequeue)

@@ -116,6 +116,13 @@ var objectFamilies = []*objectFamily{
 	{name: "aiinference_autoscaler_signal_target", kind: "gauge",
 		help:   "The target per replica of each signal the AIInference scales on.",
 		series: byLabel("signal", false, func(mem *objectMemory) map[string]float64 { return mem.signalTarget })},
+	// The adapters' families: one series per adapter of spec.adapters (at most 64).
+	{name: "aiinference_adapter_serving_replicas", kind: "gauge",
+		help:   "Ready replicas whose engine serves the LoRA adapter (status.adapters[].servingReplicas).",
+		series: byLabel("adapter", true, func(mem *objectMemory) map[string]float64 { return mem.adapterServing })},
+	{name: "aiinference_adapter_failures_total", kind: "counter",
+		help:   "Failures to fetch or load the LoRA adapter on a replica (each new status.adapters[].lastFailure).",
+		series: byLabel("adapter", true, func(mem *objectMemory) map[string]float64 { return mem.adapterFailures })},
 }
 
 // oneIfAutoscaled is a family of one series per object with spec.autoscaling.
@@ -217,7 +224,12 @@ type objectMemory struct {
 
 	loadRetriesTotal, canaryRollbacksTotal float64
 	failuresTotal, decisionsTotal          map[string]float64 // by reason, by decision; nil until counted
-	loadDuration, timeToReady              *histogram         // nil until observed
+	// adapterServing is each adapter's serving replicas; adapterFailures
+	// counts each adapter's failures, and adapterFailureSeen is the last
+	// failure counted of each.
+	adapterServing, adapterFailures map[string]float64
+	adapterFailureSeen              map[string]servingv1.AdapterFailure
+	loadDuration, timeToReady       *histogram // nil until observed
 }
 
 // loadFigures is what the metrics take of status.lastLoad.
@@ -254,6 +266,11 @@ func (m *statusMetrics) record(obj *servingv1.AIInference, before, after *servin
 		if c := meta.FindStatusCondition(before.Conditions, servingv1.ConditionReady); c != nil {
 			mem.readyReason = c.Reason
 		}
+		for _, a := range before.Adapters {
+			if a.LastFailure != nil {
+				mem.adapterFailureSeen = setFailure(mem.adapterFailureSeen, a.Name, *a.LastFailure)
+			}
+		}
 		m.objects[key] = mem
 	}
 	if mem.phase != after.Phase {
@@ -283,6 +300,14 @@ func (m *statusMetrics) record(obj *servingv1.AIInference, before, after *servin
 		mem.signalPerReplica, mem.signalTarget = nil, nil
 	}
 	mem.loadingTimeout = obj.LoadTimeout()
+	mem.adapterServing = nil
+	for _, a := range after.Adapters {
+		mem.adapterServing = add(mem.adapterServing, a.Name, float64(a.ServingReplicas))
+		if f := a.LastFailure; f != nil && mem.adapterFailureSeen[a.Name] != *f {
+			mem.adapterFailures = add(mem.adapterFailures, a.Name, 1)
+			mem.adapterFailureSeen = setFailure(mem.adapterFailureSeen, a.Name, *f)
+		}
+	}
 
 	n := after.LoadRetries - mem.loadRetries
 	mem.loadRetries = after.LoadRetries // a new spec or a retry request starts again from 0
@@ -337,6 +362,15 @@ func figuresOf(l *servingv1.LoadReport) loadFigures {
 	return loadFigures{pod: l.Pod, duration: l.Duration.Duration, bytes: l.Bytes, fetched: l.BytesFetched}
 }
 
+// setFailure records the last adapter failure counted, making the map on first use.
+func setFailure(seen map[string]servingv1.AdapterFailure, adapter string, f servingv1.AdapterFailure) map[string]servingv1.AdapterFailure {
+	if seen == nil {
+		seen = map[string]servingv1.AdapterFailure{}
+	}
+	seen[adapter] = f
+	return seen
+}
+
 // add adds v to counts[key], making the map on first use.
 func add(counts map[string]float64, key string, v float64) map[string]float64 {
 	if counts == nil {
@@ -368,6 +402,7 @@ func (m *statusMetrics) snapshot() []objectFigures {
 		c := objectFigures{key: key, objectMemory: *mem}
 		c.failuresTotal, c.decisionsTotal = maps.Clone(mem.failuresTotal), maps.Clone(mem.decisionsTotal)
 		c.signalPerReplica, c.signalTarget = maps.Clone(mem.signalPerReplica), maps.Clone(mem.signalTarget)
+		c.adapterServing, c.adapterFailures, c.adapterFailureSeen = maps.Clone(mem.adapterServing), maps.Clone(mem.adapterFailures), nil
 		if mem.loadDuration != nil {
 			h := *mem.loadDuration
 			c.loadDuration = &h

@@ -4,16 +4,20 @@ import (
 	"context"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/engine"
+	"github.com/aiinference/operator/internal/loadspec"
 )
 
 // OperatorPodLabel is the label of the operator's own pods (config/manager and
@@ -50,20 +54,44 @@ func desiredNetworkPolicies(obj *servingv1.AIInference, eng engine.Engine, opera
 	if p := eng.MetricsPort(); p != 0 {
 		ports = append(ports, tcpPort(p))
 	}
+	// A rule whose from is empty lets every client in: with no peer listed
+	// and no operator to name, the policy has no rule, and lets nobody in.
+	var ingressRules []networkingv1.NetworkPolicyIngressRule
+	if len(from) > 0 {
+		ingressRules = append(ingressRules, networkingv1.NetworkPolicyIngressRule{From: from, Ports: ports})
+	}
+	if operatorNamespace != "" && runtimeAdapters(obj) {
+		// Only the operator talks to the adapter agent.
+		ingressRules = append(ingressRules, networkingv1.NetworkPolicyIngressRule{
+			From: []networkingv1.NetworkPolicyPeer{{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: operatorNamespace}},
+				PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{OperatorPodLabel: OperatorPodName}},
+			}},
+			Ports: []networkingv1.NetworkPolicyPort{tcpPort(loadspec.AdapterAgentPort)},
+		})
+	}
 	ingress = &networkingv1.NetworkPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: networkingv1.SchemeGroupVersion.String(), Kind: "NetworkPolicy"},
 		ObjectMeta: childMeta(obj, obj.IngressPolicyName()),
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: pods,
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
-			Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: from, Ports: ports}},
+			Ingress:     ingressRules,
 		},
 	}
 	dns := networkingv1.NetworkPolicyEgressRule{Ports: []networkingv1.NetworkPolicyPort{
 		{Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To(intstr.FromInt32(53))}, tcpPort(53)}}
 	rules := []networkingv1.NetworkPolicyEgressRule{dns}
-	if store, ok := storeEgress(obj.Spec.Model.Source); ok {
-		rules = append(rules, store)
+	sources := []servingv1.ModelSource{obj.Spec.Model.Source}
+	for _, a := range obj.Spec.Adapters {
+		sources = append(sources, a.Source)
+	}
+	for _, src := range sources {
+		if store, ok := storeEgress(src); ok && !slices.ContainsFunc(rules, func(r networkingv1.NetworkPolicyEgressRule) bool {
+			return equality.Semantic.DeepEqual(r, store)
+		}) {
+			rules = append(rules, store)
+		}
 	}
 	egress = &networkingv1.NetworkPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: networkingv1.SchemeGroupVersion.String(), Kind: "NetworkPolicy"},
@@ -83,7 +111,8 @@ func tcpPort(p int32) networkingv1.NetworkPolicyPort {
 
 // storeEgress lets the loader reach its store: the store's port, to its
 // address when the source names an IP, to any address otherwise (a
-// NetworkPolicy cannot name a host). A PVC source needs none.
+// NetworkPolicy cannot name a host; the Hub's and registries' redirects to
+// their storage stay on the same port). A PVC source needs none.
 func storeEgress(src servingv1.ModelSource) (networkingv1.NetworkPolicyEgressRule, bool) {
 	var raw string
 	switch {
@@ -93,6 +122,16 @@ func storeEgress(src servingv1.ModelSource) (networkingv1.NetworkPolicyEgressRul
 		raw = "https://s3.amazonaws.com"
 	case src.HTTP != nil:
 		raw = src.HTTP.URL
+	case src.HuggingFace != nil && src.HuggingFace.Endpoint != "":
+		raw = src.HuggingFace.Endpoint
+	case src.HuggingFace != nil:
+		raw = servingv1.DefaultHuggingFaceEndpoint
+	case src.OCI != nil:
+		scheme := "https://"
+		if src.OCI.PlainHTTP {
+			scheme = "http://"
+		}
+		raw = scheme + strings.SplitN(src.OCI.Reference, "/", 2)[0]
 	default:
 		return networkingv1.NetworkPolicyEgressRule{}, false
 	}

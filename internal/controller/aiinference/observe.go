@@ -138,6 +138,9 @@ type podView struct {
 	// (waiting with CreateContainerConfigError), e.g. `secret "x" not found`;
 	// empty otherwise.
 	ConfigError string
+	// AdapterAgent is true while the pod's adapter agent runs (spec.adapters
+	// on an engine that loads them at run time).
+	AdapterAgent bool
 }
 
 // startFailureReasons are the waiting reasons of a container that will not start
@@ -214,6 +217,8 @@ func observePod(pod *corev1.Pod, templateHash string) podView {
 			observeLoader(&v, cs)
 		case servingv1.WarmupContainerName:
 			observeWarmup(&v, cs)
+		case servingv1.AdapterAgentContainerName:
+			v.AdapterAgent = cs.State.Running != nil
 		}
 	}
 	hasLoader := slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == servingv1.LoaderContainerName })
@@ -397,6 +402,9 @@ type observation struct {
 	// modelCache is status.modelCache from the nodes' reports; nil for a model
 	// off the node cache or when the reports are not read.
 	modelCache *servingv1.ModelCacheStatus
+	// adapters is what the pods' adapter agents reported; nil when the step
+	// did not run (no runtime adapters, or the pods were not seen).
+	adapters *adapterView
 }
 
 // problem is a reason and a message a person can act on.

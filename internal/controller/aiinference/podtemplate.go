@@ -239,6 +239,9 @@ func initContainers(obj *servingv1.AIInference, eng engine.Engine, opts Options)
 	if !imageVolume(obj, opts) {
 		containers = append(containers, loaderContainer(obj, opts))
 	}
+	if runtimeAdapters(obj) {
+		containers = append(containers, adapterAgentContainer(obj, eng, opts))
+	}
 	if api := warmupAPI(obj, eng); api != "" {
 		containers = append(containers, warmupContainer(obj, eng, opts, api))
 	}
@@ -306,8 +309,8 @@ func loaderEnv(obj *servingv1.AIInference) []corev1.EnvVar {
 	case src.S3 != nil && src.S3.CredentialsSecretRef != nil:
 		ref := src.S3.CredentialsSecretRef
 		return []corev1.EnvVar{
-			fromSecret(loadspec.EnvAccessKeyID, ref.Name, accessKeyIDKey(ref)),
-			fromSecret(loadspec.EnvSecretAccessKey, ref.Name, secretAccessKeyKey(ref)),
+			fromSecret(loadspec.EnvAccessKeyID, ref.Name, ref.AccessKeyID()),
+			fromSecret(loadspec.EnvSecretAccessKey, ref.Name, ref.SecretAccessKey()),
 		}
 	case src.HTTP != nil && src.HTTP.BearerTokenSecretRef != nil:
 		ref := src.HTTP.BearerTokenSecretRef
@@ -319,20 +322,6 @@ func loaderEnv(obj *servingv1.AIInference) []corev1.EnvVar {
 	return nil
 }
 
-func accessKeyIDKey(ref *servingv1.S3CredentialsSecretRef) string {
-	if ref.AccessKeyIDKey != "" {
-		return ref.AccessKeyIDKey
-	}
-	return loadspec.EnvAccessKeyID
-}
-
-func secretAccessKeyKey(ref *servingv1.S3CredentialsSecretRef) string {
-	if ref.SecretAccessKeyKey != "" {
-		return ref.SecretAccessKeyKey
-	}
-	return loadspec.EnvSecretAccessKey
-}
-
 func engineContainer(obj *servingv1.AIInference, eng engine.Engine, opts Options) corev1.Container {
 	spec := obj.Spec
 	port := enginePort(obj, eng)
@@ -340,13 +329,14 @@ func engineContainer(obj *servingv1.AIInference, eng engine.Engine, opts Options
 	if image == "" {
 		image = eng.DefaultImage()
 	}
-	args := eng.Args(engine.Params{
+	params := engine.Params{
 		ModelPath:      engineModelPath(obj, opts),
 		ServedName:     spec.Model.Name,
 		Port:           port,
 		TensorParallel: max(spec.GPU.Count, 1),
-	})
-	args = append(args, spec.Engine.Args...)
+		Adapters:       engineAdapters(obj),
+	}
+	args := append(eng.Args(params), spec.Engine.Args...)
 
 	resources := *spec.Resources.DeepCopy()
 	if spec.GPU.Count > 0 {
@@ -384,7 +374,7 @@ func engineContainer(obj *servingv1.AIInference, eng engine.Engine, opts Options
 		Image:   image,
 		Command: eng.Command(),
 		Args:    args,
-		Env:     engineEnv(spec.Engine.Env),
+		Env:     engineEnv(eng.Env(params), spec.Engine.Env),
 		Ports:   enginePorts(port, eng),
 		// The startup probe gives the engine loading.timeout to warm up once the
 		// loader is done; liveness only starts counting once it has succeeded.
@@ -417,13 +407,13 @@ func engineSecurityContext(obj *servingv1.AIInference) *corev1.SecurityContext {
 // engineEnv points HOME and the caches of the engines' libraries (Hugging Face,
 // torch, Triton kernels) at a writable volume, and names the user, which Python's
 // getpass needs when the UID has no passwd entry. The user's variables win.
-func engineEnv(user []corev1.EnvVar) []corev1.EnvVar {
-	defaults := []corev1.EnvVar{
+func engineEnv(engineDefaults, user []corev1.EnvVar) []corev1.EnvVar {
+	defaults := append([]corev1.EnvVar{
 		{Name: "HOME", Value: engineHome},
 		{Name: "USER", Value: "engine"},
 		{Name: "XDG_CACHE_HOME", Value: engineHome + "/.cache"},
 		{Name: "HF_HOME", Value: engineHome + "/.cache/huggingface"},
-	}
+	}, engineDefaults...)
 	set := map[string]bool{}
 	for _, e := range user {
 		set[e.Name] = true

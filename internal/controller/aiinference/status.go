@@ -169,6 +169,7 @@ func computeStatus(obj *servingv1.AIInference, obs observation, loads loadAssess
 		meta.RemoveStatusCondition(&st.Conditions, servingv1.ConditionStalled)
 	}
 	setScalingCondition(&st, obj, obs.autoscale)
+	setAdapterStatus(&st, obj, obs, now)
 	return st
 }
 
@@ -305,7 +306,7 @@ func missingSecret(obj *servingv1.AIInference, pods []podView) *problem {
 	switch src := obj.Spec.Model.Source; {
 	case src.S3 != nil && src.S3.CredentialsSecretRef != nil:
 		ref := src.S3.CredentialsSecretRef
-		name, field, keys = ref.Name, "spec.model.source.s3.credentialsSecretRef", []string{accessKeyIDKey(ref), secretAccessKeyKey(ref)}
+		name, field, keys = ref.Name, "spec.model.source.s3.credentialsSecretRef", []string{ref.AccessKeyID(), ref.SecretAccessKey()}
 	case src.HTTP != nil && src.HTTP.BearerTokenSecretRef != nil:
 		ref := src.HTTP.BearerTokenSecretRef
 		name, field, keys = ref.Name, "spec.model.source.http.bearerTokenSecretRef", []string{ref.Key}
@@ -636,6 +637,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 	}
 	metricsState.record(obj, &original.Status, &status, s.now)
 	r.recordEvents(obj, &original.Status, s)
+	r.recordAdapterEvents(obj, &original.Status)
 	return nil
 }
 
