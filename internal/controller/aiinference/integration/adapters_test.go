@@ -70,6 +70,7 @@ func TestAdaptersChangeTheSetNotThePods(t *testing.T) {
 		s.InitContainerStatuses = append(s.InitContainerStatuses, corev1.ContainerStatus{Name: servingv1.AdapterAgentContainerName, Ready: true,
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}})
 	})
+	setDeploymentStatus(g, key, 1, 1) // as the Deployment controller would
 	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
 		c := condition(obj, servingv1.ConditionAdaptersReady)
 		g.Expect(c.Reason).To(Equal(servingv1.ReasonAdaptersUnreachable), c.Message)
