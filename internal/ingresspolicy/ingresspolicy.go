@@ -97,10 +97,11 @@ func inBlock(block networkingv1.IPBlock, ip net.IP) bool {
 	return true
 }
 
-// Lookup finds who holds an address from the API server. Reader must read the
-// API server itself (a manager's APIReader), not a cache of some pods: the
-// field selector status.podIP finds the pod, and any namespace's pod may call.
-// It needs list on pods and get on namespaces in every namespace.
+// Lookup finds who holds an address. Reader must see every namespace's pods,
+// since any pod may call: the API server itself (a manager's APIReader, which
+// takes the field selector status.podIP), or a cache of all pods with an index
+// of that name (the router's). It needs list on pods and get on namespaces in
+// every namespace.
 type Lookup struct {
 	Reader client.Reader
 }

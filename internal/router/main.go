@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/ingresspolicy"
 	"github.com/aiinference/operator/internal/tracing"
 )
 
@@ -122,7 +123,7 @@ func run(ctx context.Context, c Config) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	rt := New(c.Options, KubeDirectory{Reader: objects}, RefuseWherePolicyIsOn{}, NewMetrics(reg), log)
+	rt := New(c.Options, KubeDirectory{Reader: objects}, NetworkPolicyCheck{Clients: ingresspolicy.Lookup{Reader: objects}}, NewMetrics(reg), log)
 
 	synced := make(chan struct{})
 	go func() {

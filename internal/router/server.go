@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/ingresspolicy"
 )
 
 // Target is what the Host of a request leads to: a model's Service (Model
@@ -54,16 +55,24 @@ type IngressPolicy interface {
 	Admits(ctx context.Context, obj *servingv1.AIInference, client netip.Addr) (bool, error)
 }
 
-// RefuseWherePolicyIsOn is the IngressPolicy to use until the evaluation of
-// spec.networkPolicy (shared with the activator) is wired in: it admits
-// every client of a model without spec.networkPolicy, as the cluster does,
-// and refuses every client of a model with one, so the router is never a
-// way around it.
-type RefuseWherePolicyIsOn struct{}
+// NetworkPolicyCheck is the IngressPolicy the router runs: a model's
+// spec.networkPolicy evaluated as the NetworkPolicy the operator renders
+// would (internal/ingresspolicy), the same check the activator makes. A
+// model without a policy admits every client without a lookup.
+type NetworkPolicyCheck struct {
+	Clients ingresspolicy.Lookup
+}
 
 // Admits implements IngressPolicy.
-func (RefuseWherePolicyIsOn) Admits(_ context.Context, obj *servingv1.AIInference, _ netip.Addr) (bool, error) {
-	return obj.Spec.NetworkPolicy == nil || !obj.Spec.NetworkPolicy.Enabled, nil
+func (p NetworkPolicyCheck) Admits(ctx context.Context, obj *servingv1.AIInference, addr netip.Addr) (bool, error) {
+	if np := obj.Spec.NetworkPolicy; np == nil || !np.Enabled {
+		return true, nil
+	}
+	c, err := p.Clients.Client(ctx, net.IP(addr.Unmap().AsSlice()))
+	if err != nil {
+		return false, err
+	}
+	return ingresspolicy.Admits(obj, c), nil
 }
 
 // Options bound and tune the router. Zero values take the defaults.

@@ -16,7 +16,13 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/aiinference/operator/internal/ingresspolicy"
 	"github.com/aiinference/operator/internal/router"
 	"github.com/aiinference/operator/test/routingbench"
 )
@@ -31,7 +37,7 @@ func routerFor(t *testing.T, opts router.Options, sims ...*routingbench.Sim) (st
 	t.Helper()
 	dir := routingbench.NewFixedDirectory("team-a", "chat", sims)
 	reg := prometheus.NewRegistry()
-	rt := router.New(opts, dir, router.RefuseWherePolicyIsOn{}, router.NewMetrics(reg), logr.Discard())
+	rt := router.New(opts, dir, router.NetworkPolicyCheck{}, router.NewMetrics(reg), logr.Discard())
 	return routingbench.ServeRouter(t, rt), dir, reg
 }
 
@@ -325,21 +331,43 @@ func TestASharedPrefixLandsOnOneReplica(t *testing.T) {
 	t.Logf("prefix hit share: simulators %.2f, router's estimate %.2f", hits/queries, estimated)
 }
 
-// A model with spec.networkPolicy is not reached through the router until
-// the policy can be evaluated: the router is no way around it.
-func TestAModelWithANetworkPolicyIsNotOpenedByTheRouter(t *testing.T) {
+// The router lets through only the clients a model's spec.networkPolicy
+// lets reach its pods, as the NetworkPolicy would: the test's client (at
+// 127.0.0.1) is a pod labelled role=frontend of namespace team-a.
+func TestTheRouterAppliesTheModelsNetworkPolicy(t *testing.T) {
 	sim := routingbench.StartSim(t, "sim-0", fast)
 	dir := routingbench.NewFixedDirectory("team-a", "chat", []*routingbench.Sim{sim})
-	dir.EnableNetworkPolicy()
-	rt := router.New(router.Options{}, dir, router.RefuseWherePolicyIsOn{}, nil, logr.Discard())
+	clientPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "frontend", Labels: map[string]string{"role": "frontend"}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Labels: map[string]string{corev1.LabelMetadataName: "team-a"}}}
+	pods := fake.NewClientBuilder().WithObjects(clientPod, ns).WithIndex(&corev1.Pod{}, "status.podIP", func(o client.Object) []string {
+		return []string{o.(*corev1.Pod).Status.PodIP}
+	}).Build()
+	rt := router.New(router.Options{}, dir, router.NetworkPolicyCheck{Clients: ingresspolicy.Lookup{Reader: pods}}, nil, logr.Discard())
 	url := routingbench.ServeRouter(t, rt)
-	resp := post(t, context.Background(), url, completion("let me in", 4, false))
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden {
-		t.Errorf("HTTP %d, want 403", resp.StatusCode)
-	}
-	if c, _ := sim.ReadCounters(context.Background()); c.Requests != 0 {
-		t.Errorf("the simulator served %v requests", c.Requests)
+	for _, tc := range []struct {
+		name string
+		from []networkingv1.NetworkPolicyPeer
+		want int
+	}{
+		{"no peer", nil, http.StatusForbidden},
+		{"another role", []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "admin"}}}}, http.StatusForbidden},
+		{"another namespace, any pod", []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "team-b"}}}}, http.StatusForbidden},
+		{"the client's role", []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "frontend"}}}}, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir.EnableNetworkPolicy(tc.from...)
+			before, _ := sim.ReadCounters(context.Background())
+			resp := post(t, context.Background(), url, completion("let me in", 4, false))
+			_ = resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Errorf("HTTP %d, want %d", resp.StatusCode, tc.want)
+			}
+			after, _ := sim.ReadCounters(context.Background())
+			if served := after.Requests - before.Requests; (tc.want == http.StatusOK) != (served == 1) {
+				t.Errorf("the simulator served %v requests", served)
+			}
+		})
 	}
 }
 

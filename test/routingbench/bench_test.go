@@ -174,7 +174,7 @@ func TestBenchRouting(t *testing.T) {
 	}
 	stop(sims)
 	sims = StartSims(t, replicas, profile)
-	rt := router.New(router.Options{}, NewFixedDirectory("bench", "chat", sims), router.RefuseWherePolicyIsOn{}, nil, logr.Discard())
+	rt := router.New(router.Options{}, NewFixedDirectory("bench", "chat", sims), router.NetworkPolicyCheck{}, nil, logr.Discard())
 	routerURL := ServeRouter(t, rt)
 	var routed []Summary
 	for _, p := range points {
@@ -240,7 +240,7 @@ func measureRouterCost(t *testing.T) routerCost {
 	fast := Profile{Name: "no latency", MaxNumSeqs: 256, KVCacheBlocks: 1024, TimeFactorUnderLoad: 1}
 	sims := StartSims(t, 1, fast)
 	defer sims[0].Stop()
-	rt := router.New(router.Options{}, NewFixedDirectory("bench", "cost", sims), router.RefuseWherePolicyIsOn{}, nil, logr.Discard())
+	rt := router.New(router.Options{}, NewFixedDirectory("bench", "cost", sims), router.NetworkPolicyCheck{}, nil, logr.Discard())
 	routerURL := ServeRouter(t, rt)
 	direct := "http://" + sims[0].Addr
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}

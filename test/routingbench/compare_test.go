@@ -48,7 +48,7 @@ func TestCompareRouting(t *testing.T) {
 	}
 
 	sims = StartSims(t, replicas, profile)
-	rt := router.New(router.Options{}, NewFixedDirectory("bench", "chat", sims), router.RefuseWherePolicyIsOn{}, nil, logr.Discard())
+	rt := router.New(router.Options{}, NewFixedDirectory("bench", "chat", sims), router.NetworkPolicyCheck{}, nil, logr.Discard())
 	url := ServeRouter(t, rt)
 	routed := measure("router", sims, []string{url})
 

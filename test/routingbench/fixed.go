@@ -2,6 +2,7 @@ package routingbench
 
 import (
 	"context"
+	networkingv1 "k8s.io/api/networking/v1"
 	"net"
 	"net/netip"
 	"sync"
@@ -57,11 +58,12 @@ func (d *FixedDirectory) SetEndpoints(eps []router.Endpoint) {
 	d.endpoints = eps
 }
 
-// EnableNetworkPolicy sets the model's spec.networkPolicy.enabled.
-func (d *FixedDirectory) EnableNetworkPolicy() {
+// EnableNetworkPolicy sets the model's spec.networkPolicy: enabled, letting
+// in the peers given.
+func (d *FixedDirectory) EnableNetworkPolicy(from ...networkingv1.NetworkPolicyPeer) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.model.Spec.NetworkPolicy = &servingv1.NetworkPolicySpec{Enabled: true}
+	d.model.Spec.NetworkPolicy = &servingv1.NetworkPolicySpec{Enabled: true, From: from}
 }
 
 // Key is the model's name.
