@@ -114,7 +114,7 @@ func run(ctx context.Context, c Config) error {
 		return err
 	}
 	// Inform on every kind before the cache starts, so readiness means all synced.
-	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.Service{}, &servingv1.AIInference{}} {
+	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.Service{}, &corev1.Namespace{}, &servingv1.AIInference{}} {
 		if _, err := objects.GetInformer(ctx, obj); err != nil {
 			return err
 		}
