@@ -92,7 +92,9 @@ type Cluster struct {
 
 	real        realNodes
 	objectStore *ObjectStore
-	gateway     *Gateway // set by StartGateway
+	// stopConfigCheck ends the check of pods' Secrets and ConfigMaps (configcheck.go).
+	stopConfigCheck context.CancelFunc
+	gateway         *Gateway // set by StartGateway
 }
 
 // ports are the loopback ports of the components.
@@ -352,6 +354,14 @@ func start(ctx context.Context, opts Options, binDir, stageDir string, pools []N
 		return nil, err
 	}
 
+	checkCtx, stopCheck := context.WithCancel(context.Background())
+	c.mu.Lock()
+	c.stopConfigCheck = stopCheck
+	c.mu.Unlock()
+	if err := c.startConfigCheck(checkCtx); err != nil {
+		return nil, fmt.Errorf("starting the check of pods' Secrets and ConfigMaps: %w", err)
+	}
+
 	fmt.Fprintf(progress, "Creating %d simulated nodes\n", len(Nodes(pools)))
 	var names []string
 	for _, pool := range pools {
@@ -455,6 +465,9 @@ func (c *Cluster) Stop() error {
 		return nil
 	}
 	c.stopped = true
+	if c.stopConfigCheck != nil {
+		c.stopConfigCheck()
+	}
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		p := c.procs[i]
 		fmt.Fprintf(c.progress, "Stopping %s (pid %d)\n", p.name, p.PID())

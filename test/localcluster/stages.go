@@ -81,6 +81,7 @@ func WriteStageConfig(stageDir, path string, delayScale float64) error {
 		if err := keepSidecarsRunning(s); err != nil {
 			return fmt.Errorf("%s: %w", f, err)
 		}
+		s.Spec.Selector.MatchExpressions = append(s.Spec.Selector.MatchExpressions, configGates[s.Metadata.Name]...)
 		if label, ok := replacedPodStages[s.Metadata.Name]; ok {
 			s.Spec.Selector.MatchExpressions = append(s.Spec.Selector.MatchExpressions,
 				matchExpression{Key: labelKey(label), Operator: "NotIn", Values: []string{"true"}})
@@ -89,6 +90,14 @@ func WriteStageConfig(stageDir, path string, delayScale float64) error {
 		if err := writeStage(&out, fmt.Sprintf("%s, delays x%g", f, delayScale), s); err != nil {
 			return err
 		}
+	}
+	for name := range configGates {
+		if podStages[name] == nil {
+			return fmt.Errorf("kwok's %s has no stage %s", podStageSet, name)
+		}
+	}
+	if err := writeStage(&out, "configuration error (configcheck.go)", configErrorStage()); err != nil {
+		return err
 	}
 	for name := range replacedPodStages {
 		if podStages[name] == nil {
@@ -108,6 +117,101 @@ func WriteStageConfig(stageDir, path string, delayScale float64) error {
 		}
 	}
 	return os.WriteFile(path, out.Bytes(), 0o644)
+}
+
+// configGates hold kwok's stages that start containers until the cluster has
+// checked the pod's Secrets and ConfigMaps (configcheck.go): init containers
+// run unless one of them has a configuration error, the containers unless any
+// has.
+var configGates = map[string][]matchExpression{
+	"pod-init-container-running": {
+		{Key: annotationKey(ConfigCheckedAnnotation), Operator: "In", Values: []string{"true"}},
+		{Key: fmt.Sprintf(`(.metadata.annotations[%q] // "") as $name | any(.spec.initContainers[]?; .name == $name)`, ConfigErrorContainerAnnotation),
+			Operator: "In", Values: []string{"false"}},
+	},
+	"pod-ready": {
+		{Key: annotationKey(ConfigCheckedAnnotation), Operator: "In", Values: []string{"true"}},
+		{Key: annotationKey(ConfigErrorAnnotation), Operator: "DoesNotExist"},
+	},
+}
+
+func annotationKey(annotation string) string {
+	return fmt.Sprintf(".metadata.annotations[%q]", annotation)
+}
+
+// configErrorStage shows a pod's configuration error as a kubelet does: the
+// container waits with CreateContainerConfigError and the error as message;
+// an init container's predecessors have completed. When the error is gone
+// (the annotation removed), kwok's own stages start the containers.
+func configErrorStage() *kwokStage {
+	s := &kwokStage{APIVersion: "kwok.x-k8s.io/v1alpha1", Kind: "Stage"}
+	s.Metadata.Name = "config-error"
+	s.Spec.ResourceRef.APIGroup = "v1"
+	s.Spec.ResourceRef.Kind = "Pod"
+	failing := fmt.Sprintf(`(.metadata.annotations[%q]) as $name | [(.status.initContainerStatuses[]?, .status.containerStatuses[]?) | select(.name == $name) | .state.waiting.reason][0] // ""`,
+		ConfigErrorContainerAnnotation)
+	s.Spec.Selector.MatchExpressions = []matchExpression{
+		{Key: ".metadata.deletionTimestamp", Operator: "DoesNotExist"},
+		{Key: ".status.phase", Operator: "In", Values: []string{"Pending"}},
+		{Key: ".status.podIP", Operator: "Exists"}, // kwok's pod-create has set the statuses
+		{Key: annotationKey(ConfigErrorAnnotation), Operator: "Exists"},
+		{Key: failing, Operator: "NotIn", Values: []string{"CreateContainerConfigError"}},
+	}
+	s.Spec.Next.StatusTemplate = fmt.Sprintf(`{{- $now := Now }}
+{{- $name := index .metadata.annotations %q }}
+{{- $message := index .metadata.annotations %q }}
+{{- $before := true }}
+{{- if .status.initContainerStatuses }}
+initContainerStatuses:
+{{- range $status := .status.initContainerStatuses }}
+{{- if eq $status.name $name }}
+{{- $before = false }}
+- name: {{ $status.name | Quote }}
+  image: {{ $status.image | Quote }}
+  ready: false
+  started: false
+  restartCount: {{ $status.restartCount }}
+  state:
+    waiting:
+      reason: CreateContainerConfigError
+      message: {{ $message | Quote }}
+{{- else if and $before (not $status.state.terminated) }}
+- name: {{ $status.name | Quote }}
+  image: {{ $status.image | Quote }}
+  ready: true
+  started: false
+  restartCount: {{ $status.restartCount }}
+  state:
+    terminated:
+      exitCode: 0
+      reason: Completed
+      startedAt: {{ $now | Quote }}
+      finishedAt: {{ $now | Quote }}
+{{- else }}
+- {{ toJson $status }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if .status.containerStatuses }}
+containerStatuses:
+{{- range $status := .status.containerStatuses }}
+{{- if eq $status.name $name }}
+- name: {{ $status.name | Quote }}
+  image: {{ $status.image | Quote }}
+  ready: false
+  started: false
+  restartCount: {{ $status.restartCount }}
+  state:
+    waiting:
+      reason: CreateContainerConfigError
+      message: {{ $message | Quote }}
+{{- else }}
+- {{ toJson $status }}
+{{- end }}
+{{- end }}
+{{- end }}
+`, ConfigErrorContainerAnnotation, ConfigErrorAnnotation)
+	return s
 }
 
 // kwok's pod-init-container-completed ends every init container with exit 0,

@@ -97,7 +97,8 @@ func TestWriteStageConfig(t *testing.T) {
 	for _, want := range []string{"node-initialize", "node-heartbeat-with-lease",
 		"pod-create", "pod-init-container-running", "pod-init-container-completed", "pod-ready", "pod-complete", "pod-delete",
 		"init-container-failure-start", "init-container-failure-exit", "init-container-failure-back-off", "init-container-failure-restart",
-		"container-crash-loop-start", "container-crash-loop-exit", "container-crash-loop-back-off", "container-crash-loop-restart"} {
+		"container-crash-loop-start", "container-crash-loop-exit", "container-crash-loop-back-off", "container-crash-loop-restart",
+		"config-error"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("stage %s missing; have %v", want, names)
 		}
@@ -141,7 +142,7 @@ func TestWriteStageConfig(t *testing.T) {
 			return e.Key == labelKey(replacedPodStages[name]) && e.Operator == "NotIn" && slices.Equal(e.Values, []string{"true"})
 		})
 		waitsForInit := name == "pod-init-container-completed" // see sidecarStages
-		if _, replaced := replacedPodStages[name]; leavesAlone != replaced || len(got.Spec.Selector.MatchExpressions) != len(kwok.Spec.Selector.MatchExpressions)+btoi(replaced)+btoi(waitsForInit) {
+		if _, replaced := replacedPodStages[name]; leavesAlone != replaced || len(got.Spec.Selector.MatchExpressions) != len(kwok.Spec.Selector.MatchExpressions)+btoi(replaced)+btoi(waitsForInit)+len(configGates[name]) {
 			t.Errorf("stage %s: selector %+v, want kwok's %+v and (%v) the failure label excluded", name, got.Spec.Selector, kwok.Spec.Selector, replaced)
 		}
 	}
