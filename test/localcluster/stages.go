@@ -148,14 +148,17 @@ func configErrorStage() *kwokStage {
 	s.Metadata.Name = "config-error"
 	s.Spec.ResourceRef.APIGroup = "v1"
 	s.Spec.ResourceRef.Kind = "Pod"
-	failing := fmt.Sprintf(`(.metadata.annotations[%q]) as $name | [(.status.initContainerStatuses[]?, .status.containerStatuses[]?) | select(.name == $name) | .state.waiting.reason][0] // ""`,
-		ConfigErrorContainerAnnotation)
+	// Shown already: the container waits with this very error (a kubelet
+	// shows the new message when the error changes, a missing key after a
+	// missing Secret).
+	shown := fmt.Sprintf(`(.metadata.annotations[%q]) as $name | (.metadata.annotations[%q]) as $message | [(.status.initContainerStatuses[]?, .status.containerStatuses[]?) | select(.name == $name) | (.state.waiting.reason == "CreateContainerConfigError" and .state.waiting.message == $message)][0] // false`,
+		ConfigErrorContainerAnnotation, ConfigErrorAnnotation)
 	s.Spec.Selector.MatchExpressions = []matchExpression{
 		{Key: ".metadata.deletionTimestamp", Operator: "DoesNotExist"},
 		{Key: ".status.phase", Operator: "In", Values: []string{"Pending"}},
 		{Key: ".status.podIP", Operator: "Exists"}, // kwok's pod-create has set the statuses
 		{Key: annotationKey(ConfigErrorAnnotation), Operator: "Exists"},
-		{Key: failing, Operator: "NotIn", Values: []string{"CreateContainerConfigError"}},
+		{Key: shown, Operator: "NotIn", Values: []string{"true"}},
 	}
 	s.Spec.Next.StatusTemplate = fmt.Sprintf(`{{- $now := Now }}
 {{- $name := index .metadata.annotations %q }}
