@@ -64,6 +64,57 @@ const maxMetricsBytes = 4 << 20
 // an error that says its status code alone. A signal missing, NaN or
 // infinite is an error: the caller must not scale on it.
 func Scrape(ctx context.Context, url string, wanted []servingv1.AutoscalingSignal, metrics func(servingv1.AutoscalingSignal) []string) (Signals, error) {
+	families, err := fetch(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	out := Signals{}
+	for _, s := range wanted {
+		names := metrics(s)
+		v, found := 0.0, false
+		for _, name := range names {
+			if f := families[name]; f != nil && len(f.GetMetric()) > 0 {
+				v, found = sum(f, nil), true
+				break
+			}
+		}
+		switch {
+		case !found:
+			return nil, fmt.Errorf("%s exports no %s (looked for %s)", url, s, strings.Join(names, ", "))
+		case math.IsNaN(v) || math.IsInf(v, 0) || v < 0:
+			return nil, fmt.Errorf("%s reads %v at %s", s, v, url)
+		}
+		out[s] = v
+	}
+	return out, nil
+}
+
+// RouterWaitingMetric is the router's gauge of the requests per model
+// (labels namespace and name) that wait for a serving replica: traffic the
+// engines have not seen yet.
+const RouterWaitingMetric = "aiinference_router_waiting_requests"
+
+// ScrapeRouterWaiting reads from one router pod's /metrics how many requests
+// for the model wait in it. A router that has held none for the model exports
+// no series for it (none at all before its first request): 0.
+func ScrapeRouterWaiting(ctx context.Context, url, namespace, name string) (float64, error) {
+	families, err := fetch(ctx, url)
+	if err != nil {
+		return 0, err
+	}
+	f := families[RouterWaitingMetric]
+	if f == nil {
+		return 0, nil
+	}
+	v := sum(f, map[string]string{"namespace": namespace, "name": name})
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		return 0, fmt.Errorf("%s reads %v at %s", RouterWaitingMetric, v, url)
+	}
+	return v, nil
+}
+
+// fetch reads and parses one /metrics.
+func fetch(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
@@ -84,30 +135,17 @@ func Scrape(ctx context.Context, url string, wanted []servingv1.AutoscalingSigna
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: the answer is not Prometheus text", url)
 	}
-	out := Signals{}
-	for _, s := range wanted {
-		names := metrics(s)
-		v, found := 0.0, false
-		for _, name := range names {
-			if f := families[name]; f != nil && len(f.GetMetric()) > 0 {
-				v, found = sum(f), true
-				break
-			}
-		}
-		switch {
-		case !found:
-			return nil, fmt.Errorf("%s exports no %s (looked for %s)", url, s, strings.Join(names, ", "))
-		case math.IsNaN(v) || math.IsInf(v, 0) || v < 0:
-			return nil, fmt.Errorf("%s reads %v at %s", s, v, url)
-		}
-		out[s] = v
-	}
-	return out, nil
+	return families, nil
 }
 
-func sum(f *dto.MetricFamily) float64 {
+// sum adds the family's series whose labels hold every pair of want (nil:
+// all of them).
+func sum(f *dto.MetricFamily, want map[string]string) float64 {
 	total := 0.0
 	for _, m := range f.GetMetric() {
+		if !hasLabels(m, want) {
+			continue
+		}
 		switch {
 		case m.Gauge != nil:
 			total += m.Gauge.GetValue()
@@ -226,4 +264,14 @@ func Idle(sums Signals) bool {
 		}
 	}
 	return true
+}
+
+func hasLabels(m *dto.Metric, want map[string]string) bool {
+	matched := 0
+	for _, l := range m.GetLabel() {
+		if v, ok := want[l.GetName()]; ok && v == l.GetValue() {
+			matched++
+		}
+	}
+	return matched == len(want)
 }

@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/aiinference/operator/internal/autoscale"
 )
 
 // The router's metric names (see the package doc).
@@ -15,7 +17,7 @@ const (
 	prefixHitBlocksMetric = "aiinference_router_prefix_hit_blocks_total"
 	ttftMetric            = "aiinference_router_ttft_seconds"
 	queueMetric           = "aiinference_router_queue_seconds"
-	waitingMetric         = "aiinference_router_waiting_requests"
+	waitingMetric         = autoscale.RouterWaitingMetric
 	inFlightMetric        = "aiinference_router_in_flight_requests"
 	upstreamErrorsMetric  = "aiinference_router_upstream_errors_total"
 	readyEndpointsMetric  = "aiinference_router_ready_endpoints"

@@ -68,7 +68,8 @@ func desiredActivatorSlice(obj *servingv1.AIInference, ip string, port int32) *d
 // once one does.
 func (r *Reconciler) reconcileActivatorSlice(ctx context.Context, s *scope) error {
 	key := client.ObjectKeyFromObject(s.obj)
-	if !activatorSliceWanted(s.obj, s.obs) {
+	// A routed model's Service leads to the router, which holds its requests.
+	if !activatorSliceWanted(s.obj, s.obs) || s.routed() {
 		r.Activator.Close(key)
 		return r.deleteOwned(ctx, s, desiredActivatorSlice(s.obj, r.Activator.IP(), 0), &discoveryv1.EndpointSlice{})
 	}

@@ -103,13 +103,24 @@ func (r *Reconciler) autoscale(ctx context.Context, s *scope) {
 		}
 		s.scaleTo(current, servingv1.ScalingDecisionBounds, fmt.Sprintf("the count starts at %d, within minReplicas %d and maxReplicas %d", current, a.Min(), a.MaxReplicas), from, nil)
 	}
-	s.obs.autoscale = &autoscaleView{hold: mem.hold, requeue: interval, noActivator: a.Min() == 0 && r.Activator == nil}
+	s.obs.autoscale = &autoscaleView{hold: mem.hold, requeue: interval, noActivator: a.Min() == 0 && r.holder(s) == ""}
 	if current == 0 {
-		// No pod to read: a request the activator holds is the only signal.
+		// No pod to read: a request the activator or the router holds is the
+		// only signal. The router is asked every interval; the activator wakes
+		// the object itself.
 		s.obs.autoscale.hold = nil
-		if held := r.held(key); held > 0 {
+		held := float64(r.held(key))
+		if s.routed() {
+			waiting, hold := r.routerWaiting(ctx, s)
+			if hold != nil {
+				mem.hold, s.obs.autoscale.hold = hold, hold
+				return
+			}
+			held += waiting
+		}
+		if held > 0 {
 			mem.idleSince, mem.history = time.Time{}, autoscale.History{}
-			s.scaleTo(1, servingv1.ScalingDecisionUp, fmt.Sprintf("%d request(s) held by the activator: a replica starts", held), 0, nil)
+			s.scaleTo(1, servingv1.ScalingDecisionUp, fmt.Sprintf("%v request(s) held by the %s: a replica starts", held, r.holder(s)), 0, nil)
 		}
 		return
 	}
@@ -119,6 +130,13 @@ func (r *Reconciler) autoscale(ctx context.Context, s *scope) {
 	}
 	mem.read = s.now
 	sums, serving, hold := r.readSignals(ctx, s, a)
+	if hold == nil && s.routed() {
+		// What waits in the router waits for the engines too: it is queue
+		// depth they have not seen yet.
+		var waiting float64
+		waiting, hold = r.routerWaiting(ctx, s)
+		sums[servingv1.SignalQueueDepth] += waiting
+	}
 	mem.hold, s.obs.autoscale.hold = hold, hold
 	if hold != nil {
 		return
@@ -136,19 +154,64 @@ func (r *Reconciler) autoscale(ctx context.Context, s *scope) {
 	up, down := a.StabilizationWindows()
 	mem.history.Add(autoscale.Recommendation{Time: s.now, Replicas: want}, max(up, down))
 	next := mem.history.Stabilize(s.now, current, up, down)
-	if next == 0 && (r.Activator == nil || s.now.Sub(mem.idleSince) < a.IdleTime()) {
-		// Zero only after idleBeforeZero of idleness, and only with an activator
-		// to hold the next request.
+	if next == 0 && (r.holder(s) == "" || s.now.Sub(mem.idleSince) < a.IdleTime()) {
+		// Zero only after idleBeforeZero of idleness, and only with an
+		// activator or a router to hold the next request.
 		next = 1
 	}
 	switch {
 	case next > current:
 		s.scaleTo(next, servingv1.ScalingDecisionUp, describeReadings(readings), current, readings)
 	case next == 0:
-		s.scaleTo(0, servingv1.ScalingDecisionDown, fmt.Sprintf("idle for %s (no request running, waiting or held): to zero; the activator holds the next request", a.IdleTime()), current, readings)
+		s.scaleTo(0, servingv1.ScalingDecisionDown, fmt.Sprintf("idle for %s (no request running, waiting or held): to zero; the %s holds the next request", a.IdleTime(), r.holder(s)), current, readings)
 	case next < current:
 		s.scaleTo(next, servingv1.ScalingDecisionDown, describeReadings(readings), current, readings)
 	}
+}
+
+// holder is what holds the requests of the model at zero: the router for a
+// routed model (its Service leads there), else the activator; "" when
+// neither runs.
+func (r *Reconciler) holder(s *scope) string {
+	switch {
+	case s.routed():
+		return "router"
+	case r.Activator != nil:
+		return "activator"
+	}
+	return ""
+}
+
+// routerWaiting is how many of the model's requests wait in the router's
+// pods, read from each ready pod's /metrics at once. A router pod that
+// cannot be read holds the count, as an engine does.
+func (r *Reconciler) routerWaiting(ctx context.Context, s *scope) (float64, *problem) {
+	if s.router.metricsPort == 0 {
+		return 0, &problem{servingv1.ReasonMetricsUnavailable, fmt.Sprintf(
+			"the router's Service %s/%s names no port \"metrics\", so what waits in the router cannot be read: the count holds at %d", r.Options.OperatorNamespace, r.routerService(), s.obj.DesiredReplicas())}
+	}
+	addrs := s.router.addresses
+	waiting := make([]float64, len(addrs))
+	errs := make([]error, len(addrs))
+	var wg sync.WaitGroup
+	for i, ip := range addrs {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
+			defer cancel()
+			url := "http://" + net.JoinHostPort(ip, strconv.Itoa(int(s.router.metricsPort))) + "/metrics"
+			waiting[i], errs[i] = autoscale.ScrapeRouterWaiting(ctx, url, s.obj.Namespace, s.obj.Name)
+		})
+	}
+	wg.Wait()
+	total := 0.0
+	for i, ip := range addrs {
+		if errs[i] != nil {
+			return 0, &problem{servingv1.ReasonMetricsUnavailable, fmt.Sprintf(
+				"cannot read what the router's pod at %s holds: %v; the count holds at %d until every ready router pod can be read", ip, errs[i], s.obj.DesiredReplicas())}
+		}
+		total += waiting[i]
+	}
+	return total, nil
 }
 
 // held is how many requests the activator holds for the model.

@@ -218,6 +218,11 @@ func (r *Reconciler) reconcileSteps(ctx context.Context, s *scope) error {
 	}); err != nil {
 		return err
 	}
+	// The router's pods, which a routed model's Service leads to and whose
+	// waiting requests the autoscaler counts.
+	if err := traced(ctx, "observeRouter", func(ctx context.Context) error { return r.observeRouter(ctx, s) }); err != nil {
+		return err
+	}
 	if runtimeAdapters(s.obj) && s.obs.podsSeen {
 		_ = traced(ctx, "syncAdapters", func(ctx context.Context) error {
 			r.syncAdapters(ctx, s)
@@ -283,10 +288,6 @@ func (r *Reconciler) writeChildren(ctx context.Context, s *scope) error {
 		}
 	}
 	dependenciesOK := true
-	if run("observeRouter", (*Reconciler).observeRouter) != nil {
-		// Without the router's pods the Service cannot be written right.
-		return kerrors.NewAggregate(errs)
-	}
 	var writes sync.WaitGroup
 	writes.Go(func() {
 		for _, c := range needed {

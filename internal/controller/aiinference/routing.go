@@ -63,6 +63,9 @@ type routerView struct {
 	addresses []string
 	// port is the port the router's pods serve on.
 	port int32
+	// metricsPort is where they serve /metrics (the port named "metrics");
+	// 0 when the Service names none.
+	metricsPort int32
 }
 
 // routed is true when the model's Service leads to the router in this pass.
@@ -101,10 +104,14 @@ func routerEndpoints(items []discoveryv1.EndpointSlice) routerView {
 		if slice.AddressType != discoveryv1.AddressTypeIPv4 && slice.AddressType != discoveryv1.AddressTypeIPv6 {
 			continue
 		}
-		var port int32
+		var port, metricsPort int32
 		for _, p := range slice.Ports {
-			if ptr.Deref(p.Name, "") == "http" && p.Port != nil {
+			switch {
+			case p.Port == nil:
+			case ptr.Deref(p.Name, "") == "http":
 				port = *p.Port
+			case ptr.Deref(p.Name, "") == "metrics":
+				metricsPort = *p.Port
 			}
 		}
 		if port == 0 {
@@ -115,7 +122,7 @@ func routerEndpoints(items []discoveryv1.EndpointSlice) routerView {
 				continue
 			}
 			v.addresses = append(v.addresses, ep.Addresses...)
-			v.port = port
+			v.port, v.metricsPort = port, metricsPort
 		}
 	}
 	slices.Sort(v.addresses)

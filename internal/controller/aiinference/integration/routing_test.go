@@ -2,7 +2,18 @@ package integration
 
 import (
 	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -15,18 +26,29 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/controller/aiinference"
+	"github.com/aiinference/operator/internal/router"
+	"github.com/aiinference/operator/test/routingbench"
 )
 
 // routerSlice stands for the EndpointSlice kube-controller-manager keeps for
 // the router's Service (envtest runs no controller): the router's pods and
 // whether each is ready.
 func setRouterPods(g *WithT, ready map[string]bool) {
+	setRouterSlice(g, ready, 8080, 0)
+}
+
+// setRouterSlice is setRouterPods with the router's ports: http, and
+// metrics when not 0.
+func setRouterSlice(g *WithT, ready map[string]bool, httpPort, metricsPort int32) {
 	ctx := context.Background()
 	slice := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: aiinference.DefaultRouterService + "-abcde", Labels: map[string]string{
 			discoveryv1.LabelServiceName: aiinference.DefaultRouterService, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(httpPort), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	if metricsPort != 0 {
+		slice.Ports = append(slice.Ports, discoveryv1.EndpointPort{Name: ptr.To("metrics"), Port: ptr.To(metricsPort), Protocol: ptr.To(corev1.ProtocolTCP)})
 	}
 	for ip, r := range ready {
 		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(r)}})
@@ -38,7 +60,7 @@ func setRouterPods(g *WithT, ready map[string]bool) {
 		return
 	}
 	g.Expect(err).NotTo(HaveOccurred())
-	existing.Endpoints = slice.Endpoints
+	existing.Endpoints, existing.Ports = slice.Endpoints, slice.Ports
 	g.Expect(k8s.Update(ctx, existing)).To(Succeed())
 }
 
@@ -138,4 +160,79 @@ func TestRoutingLeadsTheServicesToTheRouter(t *testing.T) {
 	g.Eventually(gone(&corev1.Service{}, aiinference.OpenAIServiceName)).WithTimeout(waitTimeout).Should(BeTrue())
 	g.Eventually(gone(&discoveryv1.EndpointSlice{}, aiinference.OpenAIServiceName+"-router")).WithTimeout(waitTimeout).Should(BeTrue())
 	g.Expect(service(g, "chat-b").Spec.Selector).To(HaveKeyWithValue(servingv1.LabelInference, "chat-b"))
+}
+
+// A routed model at zero: its Service leads to the router (no activator
+// slice), which holds the request (the real router, in this process, with no
+// replica to send it to) and exports it as waiting; the autoscaler reads the
+// router's /metrics through its Service's metrics port and starts a replica.
+func TestTheRouterHoldsARoutedModelAtZero(t *testing.T) {
+	ctx := context.Background()
+	g := NewWithT(t)
+	ns := credentialedNamespace(t)
+	reg := prometheus.NewRegistry()
+	rt := router.New(router.Options{HoldTimeout: time.Minute}, routingbench.NewFixedDirectory(ns, "held", nil),
+		router.NetworkPolicyCheck{}, router.NewMetrics(reg), logr.Discard())
+	// On the host's address: an EndpointSlice may not name a loopback one.
+	listen := func() net.Listener {
+		l, err := net.Listen("tcp", net.JoinHostPort(activatorIP, "0"))
+		g.Expect(err).NotTo(HaveOccurred())
+		return l
+	}
+	routerListener := listen()
+	serveCtx, stop := context.WithCancel(ctx)
+	t.Cleanup(stop)
+	go func() { _ = rt.Serve(serveCtx, routerListener) }()
+	routerURL := "http://" + routerListener.Addr().String()
+	metrics := &httptest.Server{Listener: listen(), Config: &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}}
+	metrics.Start()
+	t.Cleanup(metrics.Close)
+	setRouterSlice(g, map[string]bool{activatorIP: true}, portOf(t, routerURL), portOf(t, metrics.URL))
+
+	obj := newInference(ns, "held")
+	obj.Spec.Replicas = ptr.To[int32](0)
+	obj.Spec.Routing = &servingv1.RoutingSpec{Enabled: true}
+	obj.Spec.Autoscaling = &servingv1.AutoscalingSpec{MinReplicas: ptr.To[int32](0), MaxReplicas: 2,
+		Targets: servingv1.AutoscalingTargets{QueueDepth: ptr.To[int32](2)}}
+	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
+	key := client.ObjectKeyFromObject(obj)
+	g.Eventually(func(g Gomega) {
+		g.Expect(*getDeployment(g, key).Spec.Replicas).To(BeZero())
+		svc := &corev1.Service{}
+		g.Expect(k8s.Get(ctx, key, svc)).To(Succeed())
+		g.Expect(svc.Spec.Selector).To(BeEmpty(), "the Service leads to the router")
+	}).WithTimeout(waitTimeout).Should(Succeed())
+
+	requestCtx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	go func() {
+		body := `{"model":"` + routingbench.Model + `","prompt":"hello","max_tokens":2}`
+		req, _ := http.NewRequestWithContext(requestCtx, http.MethodPost, routerURL+"/v1/completions", strings.NewReader(body))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_ = resp.Body.Close()
+		}
+	}()
+	eventually(t, g, key, waitTimeout, func(g Gomega, obj *servingv1.AIInference) {
+		g.Expect(obj.Status.Autoscaling).NotTo(BeNil())
+		g.Expect(obj.Status.Autoscaling.DesiredReplicas).To(Equal(int32(1)))
+		last := obj.Status.Autoscaling.Decisions[len(obj.Status.Autoscaling.Decisions)-1]
+		g.Expect(last.Message).To(ContainSubstring("1 request(s) held by the router"))
+	})
+	g.Eventually(func(g Gomega) {
+		g.Expect(*getDeployment(g, key).Spec.Replicas).To(Equal(int32(1)))
+	}).WithTimeout(waitTimeout).Should(Succeed())
+	g.Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: obj.ActivatorSliceName()}, &discoveryv1.EndpointSlice{}))).
+		To(BeTrue(), "a routed model's Service has no activator slice")
+}
+
+func portOf(t *testing.T, rawURL string) int32 {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int32(p)
 }
