@@ -89,28 +89,59 @@ func Scrape(ctx context.Context, url string, wanted []servingv1.AutoscalingSigna
 	return out, nil
 }
 
-// RouterWaitingMetric is the router's gauge of the requests per model
-// (labels namespace and name) that wait for a serving replica: traffic the
-// engines have not seen yet.
-const RouterWaitingMetric = "aiinference_router_waiting_requests"
+// The router's series the operator reads (internal/router exports them).
+const (
+	// RouterWaitingMetric is the gauge of the requests per model (labels
+	// namespace and name) that wait for a serving replica: traffic the
+	// engines have not seen yet.
+	RouterWaitingMetric = "aiinference_router_waiting_requests"
+	// RouterPicksMetric counts the replicas picked, per model, endpoint (the
+	// pod's name) and reason.
+	RouterPicksMetric = "aiinference_router_picks_total"
+	// RouterPrefixReason is the pick reason of a request sent to the replica
+	// that holds its prompt's prefix.
+	RouterPrefixReason = "prefix"
+)
 
-// ScrapeRouterWaiting reads from one router pod's /metrics how many requests
-// for the model wait in it. A router that has held none for the model exports
-// no series for it (none at all before its first request): 0.
-func ScrapeRouterWaiting(ctx context.Context, url, namespace, name string) (float64, error) {
+// RouterReading is what one router pod says of one model.
+type RouterReading struct {
+	// Waiting is how many of its requests wait in the router.
+	Waiting float64
+	// PrefixPicks counts, per pod name, the requests sent there because the
+	// pod holds their prefix, since the router started.
+	PrefixPicks map[string]float64
+}
+
+// ScrapeRouter reads from one router pod's /metrics what it holds and where
+// it sent the model's requests. A router that has seen none of the model's
+// requests exports no series for it (none at all before its first): zeros.
+func ScrapeRouter(ctx context.Context, url, namespace, name string) (RouterReading, error) {
+	out := RouterReading{PrefixPicks: map[string]float64{}}
 	families, err := fetch(ctx, url)
 	if err != nil {
-		return 0, err
+		return out, err
 	}
-	f := families[RouterWaitingMetric]
-	if f == nil {
-		return 0, nil
+	model := map[string]string{"namespace": namespace, "name": name}
+	if f := families[RouterWaitingMetric]; f != nil {
+		out.Waiting = sum(f, model)
 	}
-	v := sum(f, map[string]string{"namespace": namespace, "name": name})
-	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-		return 0, fmt.Errorf("%s reads %v at %s", RouterWaitingMetric, v, url)
+	if math.IsNaN(out.Waiting) || math.IsInf(out.Waiting, 0) || out.Waiting < 0 {
+		return out, fmt.Errorf("%s reads %v at %s", RouterWaitingMetric, out.Waiting, url)
 	}
-	return v, nil
+	prefix := map[string]string{"namespace": namespace, "name": name, "reason": RouterPrefixReason}
+	if f := families[RouterPicksMetric]; f != nil {
+		for _, m := range f.GetMetric() {
+			if !hasLabels(m, prefix) {
+				continue
+			}
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "endpoint" {
+					out.PrefixPicks[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out, nil
 }
 
 // fetch reads and parses one /metrics.

@@ -12,7 +12,7 @@ import (
 // The router's metric names (see the package doc).
 const (
 	requestsMetric        = "aiinference_router_requests_total"
-	picksMetric           = "aiinference_router_picks_total"
+	picksMetric           = autoscale.RouterPicksMetric
 	prefixBlocksMetric    = "aiinference_router_prefix_blocks_total"
 	prefixHitBlocksMetric = "aiinference_router_prefix_hit_blocks_total"
 	ttftMetric            = "aiinference_router_ttft_seconds"
@@ -32,6 +32,7 @@ func MetricNames() []string {
 // Upstream error kinds.
 const (
 	errorRefused = "refused" // the connection was refused or could not be made; retried elsewhere
+	errorBroken  = "broken"  // the connection broke before any byte of an answer; retried elsewhere, once
 	errorFailed  = "failed"  // the request failed after it was sent
 )
 
@@ -76,7 +77,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: inFlightMetric,
 			Help: "Requests this router has sent to a replica and not seen end."}, endpoint),
 		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: upstreamErrorsMetric,
-			Help: "Requests a replica did not answer: refused (tried again on another) or failed."}, append(endpoint, "kind")),
+			Help: "Requests a replica did not answer: refused (tried again on another), broken before an answer (tried again on another, once) or failed."}, append(endpoint, "kind")),
 		readyEndpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: readyEndpointsMetric,
 			Help: "Serving replicas of the model the router can pick, at its last request."}, model),
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/aiinference/operator/internal/autoscale"
 )
 
 // Endpoint is one serving replica of a model.
@@ -27,7 +29,7 @@ type Endpoint struct {
 // Reasons a replica was picked, in order of weight.
 const (
 	// ReasonPrefix: this router sent the longest prefix of the prompt there before.
-	ReasonPrefix = "prefix"
+	ReasonPrefix = autoscale.RouterPrefixReason
 	// ReasonHash: the owner of the prompt's first block on the hash ring.
 	ReasonHash = "hash"
 	// ReasonSpill: the owner was past the load bound; the next on the ring.

@@ -3,15 +3,18 @@ package aiinference
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/autoscale"
@@ -48,6 +51,33 @@ type autoscaled struct {
 	// then ("" when it was not).
 	read time.Time
 	hold *problem
+	// prefixPicks is the routers' count of prefix-affine picks per pod at the
+	// last reading; recentPrefix weighs the picks since, each reading's by
+	// half every prefixHalfLife: which replicas' caches draw traffic now.
+	prefixPicks, recentPrefix map[string]float64
+	picksRead                 time.Time
+}
+
+// prefixHalfLife is how fast the router's past picks of a replica weigh
+// less in recentPrefix.
+const prefixHalfLife = 5 * time.Minute
+
+// notePrefixPicks adds a reading of the routers' prefix picks; a count below
+// the last one (a router restarted) counts from zero.
+func (a *autoscaled) notePrefixPicks(picks map[string]float64, now time.Time) {
+	decay := 1.0
+	if !a.picksRead.IsZero() {
+		decay = math.Pow(0.5, now.Sub(a.picksRead).Seconds()/prefixHalfLife.Seconds())
+	}
+	recent := make(map[string]float64, len(picks))
+	for pod, n := range picks {
+		added := n
+		if last, ok := a.prefixPicks[pod]; ok && n >= last {
+			added = n - last
+		}
+		recent[pod] = a.recentPrefix[pod]*decay + added
+	}
+	a.prefixPicks, a.recentPrefix, a.picksRead = picks, recent, now
 }
 
 func (m *autoscalerMemory) of(key types.NamespacedName) *autoscaled {
@@ -111,12 +141,12 @@ func (r *Reconciler) autoscale(ctx context.Context, s *scope) {
 		s.obs.autoscale.hold = nil
 		held := float64(r.held(key))
 		if s.routed() {
-			waiting, hold := r.routerWaiting(ctx, s)
+			reading, hold := r.readRouter(ctx, s)
 			if hold != nil {
 				mem.hold, s.obs.autoscale.hold = hold, hold
 				return
 			}
-			held += waiting
+			held += reading.Waiting
 		}
 		if held > 0 {
 			mem.idleSince, mem.history = time.Time{}, autoscale.History{}
@@ -133,9 +163,10 @@ func (r *Reconciler) autoscale(ctx context.Context, s *scope) {
 	if hold == nil && s.routed() {
 		// What waits in the router waits for the engines too: it is queue
 		// depth they have not seen yet.
-		var waiting float64
-		waiting, hold = r.routerWaiting(ctx, s)
-		sums[servingv1.SignalQueueDepth] += waiting
+		var reading autoscale.RouterReading
+		reading, hold = r.readRouter(ctx, s)
+		sums[servingv1.SignalQueueDepth] += reading.Waiting
+		mem.notePrefixPicks(reading.PrefixPicks, s.now)
 	}
 	mem.hold, s.obs.autoscale.hold = hold, hold
 	if hold != nil {
@@ -165,6 +196,9 @@ func (r *Reconciler) autoscale(ctx context.Context, s *scope) {
 	case next == 0:
 		s.scaleTo(0, servingv1.ScalingDecisionDown, fmt.Sprintf("idle for %s (no request running, waiting or held): to zero; the %s holds the next request", a.IdleTime(), r.holder(s)), current, readings)
 	case next < current:
+		if s.routed() {
+			r.setDeletionCosts(ctx, s, mem.recentPrefix)
+		}
 		s.scaleTo(next, servingv1.ScalingDecisionDown, describeReadings(readings), current, readings)
 	}
 }
@@ -182,16 +216,17 @@ func (r *Reconciler) holder(s *scope) string {
 	return ""
 }
 
-// routerWaiting is how many of the model's requests wait in the router's
-// pods, read from each ready pod's /metrics at once. A router pod that
-// cannot be read holds the count, as an engine does.
-func (r *Reconciler) routerWaiting(ctx context.Context, s *scope) (float64, *problem) {
+// readRouter reads what each ready router pod says of the model, at once,
+// and adds it up. A router pod that cannot be read holds the count, as an
+// engine does.
+func (r *Reconciler) readRouter(ctx context.Context, s *scope) (autoscale.RouterReading, *problem) {
+	total := autoscale.RouterReading{PrefixPicks: map[string]float64{}}
 	if s.router.metricsPort == 0 {
-		return 0, &problem{servingv1.ReasonMetricsUnavailable, fmt.Sprintf(
+		return total, &problem{servingv1.ReasonMetricsUnavailable, fmt.Sprintf(
 			"the router's Service %s/%s names no port \"metrics\", so what waits in the router cannot be read: the count holds at %d", r.Options.OperatorNamespace, r.routerService(), s.obj.DesiredReplicas())}
 	}
 	addrs := s.router.addresses
-	waiting := make([]float64, len(addrs))
+	readings := make([]autoscale.RouterReading, len(addrs))
 	errs := make([]error, len(addrs))
 	var wg sync.WaitGroup
 	for i, ip := range addrs {
@@ -199,19 +234,44 @@ func (r *Reconciler) routerWaiting(ctx context.Context, s *scope) (float64, *pro
 			ctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
 			defer cancel()
 			url := "http://" + net.JoinHostPort(ip, strconv.Itoa(int(s.router.metricsPort))) + "/metrics"
-			waiting[i], errs[i] = autoscale.ScrapeRouterWaiting(ctx, url, s.obj.Namespace, s.obj.Name)
+			readings[i], errs[i] = autoscale.ScrapeRouter(ctx, url, s.obj.Namespace, s.obj.Name)
 		})
 	}
 	wg.Wait()
-	total := 0.0
 	for i, ip := range addrs {
 		if errs[i] != nil {
-			return 0, &problem{servingv1.ReasonMetricsUnavailable, fmt.Sprintf(
+			return total, &problem{servingv1.ReasonMetricsUnavailable, fmt.Sprintf(
 				"cannot read what the router's pod at %s holds: %v; the count holds at %d until every ready router pod can be read", ip, errs[i], s.obj.DesiredReplicas())}
 		}
-		total += waiting[i]
+		total.Waiting += readings[i].Waiting
+		for pod, n := range readings[i].PrefixPicks {
+			total.PrefixPicks[pod] += n
+		}
 	}
 	return total, nil
+}
+
+// podDeletionCost is the annotation the ReplicaSet controller reads to
+// choose which pods go first when it scales down: the lowest cost.
+const podDeletionCost = "controller.kubernetes.io/pod-deletion-cost"
+
+// setDeletionCosts marks each serving pod of the current spec, before a
+// scale-down, with how many requests the router sent it for the prefixes it
+// holds, lately (recentPrefix), so that the replica whose cache draws the
+// least traffic goes first and scaling costs the fewest cache hits. A pod
+// that cannot be marked only loses that preference.
+func (r *Reconciler) setDeletionCosts(ctx context.Context, s *scope, recentPrefix map[string]float64) {
+	for _, p := range s.obs.pods {
+		if !p.Current || p.Canary {
+			continue
+		}
+		cost := strconv.Itoa(int(min(recentPrefix[p.Name], math.MaxInt32)))
+		patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, podDeletionCost, cost)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: s.obj.Namespace, Name: p.Name}}
+		if err := r.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			log.FromContext(ctx).V(1).Info("Cannot set the pod's deletion cost", "pod", p.Name, "error", err.Error())
+		}
+	}
 }
 
 // held is how many requests the activator holds for the model.

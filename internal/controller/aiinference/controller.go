@@ -122,7 +122,7 @@ type scope struct {
 
 // +kubebuilder:rbac:groups=serving.aiinference.io,resources=aiinferences,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=serving.aiinference.io,resources=aiinferences/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete;patch
 // +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -170,24 +172,7 @@ func TestTheRouterHoldsARoutedModelAtZero(t *testing.T) {
 	ctx := context.Background()
 	g := NewWithT(t)
 	ns := credentialedNamespace(t)
-	reg := prometheus.NewRegistry()
-	rt := router.New(router.Options{HoldTimeout: time.Minute}, routingbench.NewFixedDirectory(ns, "held", nil),
-		router.NetworkPolicyCheck{}, router.NewMetrics(reg), logr.Discard())
-	// On the host's address: an EndpointSlice may not name a loopback one.
-	listen := func() net.Listener {
-		l, err := net.Listen("tcp", net.JoinHostPort(activatorIP, "0"))
-		g.Expect(err).NotTo(HaveOccurred())
-		return l
-	}
-	routerListener := listen()
-	serveCtx, stop := context.WithCancel(ctx)
-	t.Cleanup(stop)
-	go func() { _ = rt.Serve(serveCtx, routerListener) }()
-	routerURL := "http://" + routerListener.Addr().String()
-	metrics := &httptest.Server{Listener: listen(), Config: &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}}
-	metrics.Start()
-	t.Cleanup(metrics.Close)
-	setRouterSlice(g, map[string]bool{activatorIP: true}, portOf(t, routerURL), portOf(t, metrics.URL))
+	routerURL := serveRouter(t, g, routingbench.NewFixedDirectory(ns, "held", nil))
 
 	obj := newInference(ns, "held")
 	obj.Spec.Replicas = ptr.To[int32](0)
@@ -223,6 +208,97 @@ func TestTheRouterHoldsARoutedModelAtZero(t *testing.T) {
 	}).WithTimeout(waitTimeout).Should(Succeed())
 	g.Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: obj.ActivatorSliceName()}, &discoveryv1.EndpointSlice{}))).
 		To(BeTrue(), "a routed model's Service has no activator slice")
+}
+
+// serveRouter runs the real router in this process over dir, as the
+// router's one ready pod: its Service's slice names it, with its metrics
+// port. It listens on the host's address (an EndpointSlice may not name a
+// loopback one); its URL.
+func serveRouter(t *testing.T, g *WithT, dir router.Directory) string {
+	reg := prometheus.NewRegistry()
+	rt := router.New(router.Options{HoldTimeout: time.Minute}, dir, router.NetworkPolicyCheck{}, router.NewMetrics(reg), logr.Discard())
+	listen := func() net.Listener {
+		l, err := net.Listen("tcp", net.JoinHostPort(activatorIP, "0"))
+		g.Expect(err).NotTo(HaveOccurred())
+		return l
+	}
+	routerListener := listen()
+	serveCtx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	go func() { _ = rt.Serve(serveCtx, routerListener) }()
+	routerURL := "http://" + routerListener.Addr().String()
+	metrics := &httptest.Server{Listener: listen(), Config: &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}}
+	metrics.Start()
+	t.Cleanup(metrics.Close)
+	setRouterSlice(g, map[string]bool{activatorIP: true}, portOf(t, routerURL), portOf(t, metrics.URL))
+	return routerURL
+}
+
+// Before a scale-down of a routed model, each pod is marked with how much
+// traffic the router sends it for the prefixes it holds (the pod deletion
+// cost the ReplicaSet controller reads): the replica holding the shared
+// prompt prefix stays, the other goes. Two real simulators stand for the
+// pods' engines behind the real router.
+func TestAScaleDownKeepsTheReplicaHoldingThePrefixes(t *testing.T) {
+	ctx := context.Background()
+	g := NewWithT(t)
+	ns := credentialedNamespace(t)
+	profile := routingbench.Profile{Name: "fast", PrefillOverhead: 5 * time.Millisecond, PrefillPerToken: 10 * time.Microsecond,
+		InterTokenLatency: 5 * time.Millisecond, MaxNumSeqs: 16, KVCacheBlocks: 4096}
+	sims := []*routingbench.Sim{routingbench.StartSim(t, "keep-0", profile), routingbench.StartSim(t, "keep-1", profile)}
+	routerURL := serveRouter(t, g, routingbench.NewFixedDirectory(ns, "keep", sims))
+
+	obj := newInference(ns, "keep")
+	obj.Spec.Replicas = ptr.To[int32](2)
+	obj.Spec.Routing = &servingv1.RoutingSpec{Enabled: true}
+	obj.Spec.Engine.Port = int32(portOf(t, "http://"+sims[0].Addr))
+	obj.Spec.Autoscaling = &servingv1.AutoscalingSpec{MinReplicas: ptr.To[int32](1), MaxReplicas: 2,
+		Targets:   servingv1.AutoscalingTargets{QueueDepth: ptr.To[int32](4)},
+		ScaleDown: &servingv1.ScalingRules{StabilizationWindow: &metav1.Duration{Duration: 6 * time.Second}}}
+	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
+	key := client.ObjectKeyFromObject(obj)
+	var pods []*corev1.Pod
+	for _, sim := range sims {
+		pod := servingPod(t, g, obj, sim.Name)
+		setPodStatus(g, pod, func(s *corev1.PodStatus) { s.PodIP, s.PodIPs = "127.0.0.1", []corev1.PodIP{{IP: "127.0.0.1"}} })
+		pods = append(pods, pod)
+	}
+
+	// Conversations sharing one long system prompt: the router sends them
+	// to the replica that holds it.
+	system := strings.Repeat("You are the support assistant of a company that sells bicycles. ", 40)
+	for i := range 8 {
+		body := fmt.Sprintf(`{"model":%q,"prompt":%q,"max_tokens":2}`, routingbench.Model, system+fmt.Sprintf("Question %d?", i))
+		resp, err := http.Post(routerURL+"/v1/completions", "application/json", strings.NewReader(body))
+		g.Expect(err).NotTo(HaveOccurred())
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+	}
+	served := make([]float64, len(sims))
+	for i, sim := range sims {
+		c, err := sim.ReadCounters(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		served[i] = c.Requests
+	}
+	holder, other := 0, 1
+	if served[1] > served[0] {
+		holder, other = 1, 0
+	}
+	g.Expect(served[holder]).To(BeNumerically(">=", 7), "the shared prefix goes to one replica: %v", served)
+
+	// Idle: the count goes to 1, and the pods say which to remove.
+	g.Eventually(func(g Gomega) {
+		g.Expect(*getDeployment(g, key).Spec.Replicas).To(Equal(int32(1)))
+	}).WithTimeout(waitTimeout).Should(Succeed())
+	cost := func(pod *corev1.Pod) int {
+		got := &corev1.Pod{}
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(pod), got)).To(Succeed())
+		v, err := strconv.Atoi(got.Annotations["controller.kubernetes.io/pod-deletion-cost"])
+		g.Expect(err).NotTo(HaveOccurred(), "pod %s's deletion cost %q", pod.Name, got.Annotations["controller.kubernetes.io/pod-deletion-cost"])
+		return v
+	}
+	g.Expect(cost(pods[holder])).To(BeNumerically(">", cost(pods[other])), "the replica holding the prefix costs more to remove")
 }
 
 func portOf(t *testing.T, rawURL string) int32 {
