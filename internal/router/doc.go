@@ -25,6 +25,13 @@
 //	--session-header=X-Session-ID session affinity key, when a client sends it
 //	--scrape-interval=1s          engines' /metrics, each serving pod
 //	--otlp-endpoint=              traces (OTLP/HTTP); empty: none
+//	--drain-delay=5s              after SIGTERM, new requests are still taken
+//	                              (each answer with Connection: close) while
+//	                              the pod leaves the Services' endpoints
+//	--shutdown-timeout=50s        then the listener closes and requests in
+//	                              flight may finish for this long; the rest is
+//	                              cut. Both within terminationGracePeriodSeconds
+//	                              (60 s in the chart)
 //
 // Topology: one Deployment of the router (two or more replicas, no leader,
 // Pod Security restricted) in the operator's namespace, behind nothing: the
@@ -70,7 +77,9 @@
 // Requests: POST /v1/completions, POST /v1/chat/completions, GET /v1/models.
 // Streaming answers are flushed per chunk; a client that goes away cancels the
 // request to the replica; a replica that refuses the connection is tried
-// again on another before any byte is sent.
+// again on another before any byte is sent, and one whose connection breaks
+// before any byte of its answer (it died) is tried again on another once.
+// Each answer a replica gave names it in the header X-Aiinference-Endpoint.
 //
 // Metrics (labels namespace, name = the AIInference; endpoint = pod name):
 //
@@ -79,7 +88,8 @@
 //	    reason: prefix (longest cached prefix seen by this router), hash
 //	    (the prefix's consistent-hash owner), spill (owner past the load
 //	    bound: the next on the ring), session (header), load (least loaded),
-//	    retry (the first pick refused the connection)
+//	    retry (the first pick refused the connection or broke it before
+//	    answering)
 //	aiinference_router_prefix_blocks_total{namespace,name}
 //	aiinference_router_prefix_hit_blocks_total{namespace,name}
 //	    estimated hit share = hit_blocks / blocks
@@ -90,6 +100,7 @@
 //	    over router pods), as aiinference_activator_held_requests is today
 //	aiinference_router_in_flight_requests{namespace,name,endpoint} gauge
 //	aiinference_router_upstream_errors_total{namespace,name,endpoint,kind}
+//	    kind: refused, broken (before an answer; both tried again), failed
 //	aiinference_router_ready_endpoints{namespace,name}          gauge
 //
 // Load generator for comparisons: package test/routingbench (a chat-shaped

@@ -56,6 +56,9 @@ func parseFlags(args []string, out io.Writer) (Config, *zap.Options, error) {
 	fs.DurationVar(&o.BodyReadTimeout, "body-read-timeout", DefaultBodyReadTimeout, "time to read a request's headers and body")
 	fs.StringVar(&o.SessionHeader, "session-header", DefaultSessionHeader, "header a client keeps a session by")
 	fs.DurationVar(&o.ScrapeInterval, "scrape-interval", DefaultScrapeInterval, "how often each serving replica's /metrics is read")
+	fs.DurationVar(&o.DrainDelay, "drain-delay", DefaultDrainDelay, "after SIGTERM, how long new requests are still taken while the pod leaves the Services' endpoints")
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout,
+		"after the drain delay, how long requests in flight may take to finish; then they are cut (drain delay and this within terminationGracePeriodSeconds)")
 	zapOpts := &zap.Options{}
 	zapOpts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -119,7 +122,10 @@ func run(ctx context.Context, c Config) error {
 			return err
 		}
 	}
-	go func() { _ = objects.Start(ctx) }()
+	// The cache keeps the replicas current until the requests are drained.
+	watching, stopWatching := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWatching()
+	go func() { _ = objects.Start(watching) }()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -136,17 +142,21 @@ func run(ctx context.Context, c Config) error {
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		select {
+		case <-ctx.Done():
+			http.Error(w, "stopping: requests in flight are drained", http.StatusServiceUnavailable)
+			return
+		default:
+		}
+		select {
 		case <-synced:
 			_, _ = io.WriteString(w, "ok")
 		default:
 			http.Error(w, "the cache of models, Services and pods is not synced yet", http.StatusServiceUnavailable)
 		}
 	})
+	// Metrics and probes are served until the requests are drained.
 	metricsSrv := &http.Server{Addr: c.MetricsBindAddress, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		_ = metricsSrv.Close()
-	}()
+	defer func() { _ = metricsSrv.Close() }()
 	go func() {
 		if err := metricsSrv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error(err, "Serving metrics")

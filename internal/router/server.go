@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -101,6 +102,14 @@ type Options struct {
 	SessionHeader string
 	// ScrapeInterval is how often the engines' /metrics are read.
 	ScrapeInterval time.Duration
+	// DrainDelay is how long a stopping router still takes new requests
+	// while its pod leaves the Services' endpoints (see Serve).
+	DrainDelay time.Duration
+	// ShutdownTimeout bounds, after the drain delay, the wait for the
+	// requests in flight to finish; what is left then is cut. DrainDelay and
+	// ShutdownTimeout together must fit in the pod's
+	// terminationGracePeriodSeconds.
+	ShutdownTimeout time.Duration
 }
 
 // Defaults.
@@ -115,7 +124,14 @@ const (
 	DefaultHeaderTimeout   = 10 * time.Minute
 	DefaultSessionHeader   = "X-Session-ID"
 	DefaultScrapeInterval  = time.Second
+	// The router's pods have terminationGracePeriodSeconds: 60.
+	DefaultDrainDelay      = 5 * time.Second
+	DefaultShutdownTimeout = 50 * time.Second
 )
+
+// EndpointHeader names, on each answer a replica gave, the replica (its
+// pod's name): which one served a request, or held a stream that broke off.
+const EndpointHeader = "X-Aiinference-Endpoint"
 
 func (o Options) withDefaults() Options {
 	set := func(v *int64, d int64) {
@@ -143,6 +159,8 @@ func (o Options) withDefaults() Options {
 	setDuration(&o.BodyReadTimeout, DefaultBodyReadTimeout)
 	setDuration(&o.HeaderTimeout, DefaultHeaderTimeout)
 	setDuration(&o.ScrapeInterval, DefaultScrapeInterval)
+	setDuration(&o.DrainDelay, DefaultDrainDelay)
+	setDuration(&o.ShutdownTimeout, DefaultShutdownTimeout)
 	if o.SessionHeader == "" {
 		o.SessionHeader = DefaultSessionHeader
 	}
@@ -165,6 +183,9 @@ type Router struct {
 	// stopping is closed when the router stops: waiting requests are answered.
 	stopping chan struct{}
 	stopOnce sync.Once
+	// draining is set once Serve's context ends: each answer closes its
+	// connection, so that clients connect again, to another router.
+	draining atomic.Bool
 }
 
 // modelState is what the router keeps of a model it has routed to.
@@ -205,6 +226,9 @@ func (rt *Router) Stop() { rt.stopOnce.Do(func() { close(rt.stopping) }) }
 
 // ServeHTTP routes one request.
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if rt.draining.Load() {
+		w.Header().Set("Connection", "close")
+	}
 	client := clientAddr(r)
 	target, ok := rt.dir.Target(r.Context(), r.Host, client)
 	if !ok {
@@ -301,8 +325,12 @@ func (rt *Router) listModels(w http.ResponseWriter, r *http.Request, namespace s
 	_ = json.NewEncoder(w).Encode(list)
 }
 
-// route waits for a serving replica, picks one and passes the request on;
-// a replica that refuses the connection is left for the next.
+// route waits for a serving replica, picks one and passes the request on.
+// A replica that refuses the connection is left for the next (nothing was
+// sent), as many times as there are replicas; one whose connection breaks
+// before any byte of an answer (it died, or closed a kept-alive connection as
+// the request went out) is left for the next once: no byte of an answer has
+// reached the client, and a request that kills its replica kills one more at most.
 func (rt *Router) route(w http.ResponseWriter, r *http.Request, obj *servingv1.AIInference, track string, body []byte, req request) {
 	begin := time.Now()
 	key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
@@ -342,32 +370,49 @@ func (rt *Router) route(w http.ResponseWriter, r *http.Request, obj *servingv1.A
 	rt.metrics.queue.WithLabelValues(key.Namespace, key.Name).Observe(time.Since(begin).Seconds())
 	rt.metrics.readyEndpoints.WithLabelValues(key.Namespace, key.Name).Set(float64(len(candidates)))
 
-	refused := map[string]bool{}
+	tried := map[string]bool{}
+	resent := false
 	for {
 		var left []Endpoint
 		for _, e := range candidates {
-			if !refused[e.Name] {
+			if !tried[e.Name] {
 				left = append(left, e)
 			}
 		}
 		pick, ok := state.picker.Pick(left, blocks, session)
 		if !ok {
 			rt.metrics.answered(key, "", http.StatusBadGateway)
-			writeError(w, http.StatusBadGateway, 1, fmt.Sprintf("every serving replica of %s refused the connection", key))
+			writeError(w, http.StatusBadGateway, 1, fmt.Sprintf("no serving replica of %s took the request (%d tried)", key, len(tried)))
 			return
 		}
-		if len(refused) > 0 {
+		if len(tried) > 0 {
 			pick.Reason = ReasonRetry
 		}
 		rt.metrics.picked(key, pick, len(blocks))
 		span.SetAttributes(attribute.String("router.endpoint", pick.Endpoint.Name), attribute.String("router.reason", pick.Reason),
 			attribute.Int("router.prefix_blocks", len(blocks)), attribute.Int("router.hit_blocks", pick.HitBlocks))
-		if !rt.forward(w, r, key, state.picker, pick.Endpoint, body, begin) {
+		switch rt.forward(w, r, key, state.picker, pick.Endpoint, body, begin, !resent) {
+		case answered:
 			return
+		case broken:
+			resent = true
 		}
-		refused[pick.Endpoint.Name] = true
+		tried[pick.Endpoint.Name] = true
 	}
 }
+
+// outcome is how a request sent to one replica ended.
+type outcome int
+
+const (
+	// answered: the replica's answer, or an error, went to the client.
+	answered outcome = iota
+	// refused: the connection could not be made; nothing was sent.
+	refused
+	// broken: the connection broke before any byte of an answer; nothing
+	// was written to the client.
+	broken
+)
 
 // statusClientGone marks a request whose client went away: nobody to answer.
 const statusClientGone = 499
@@ -470,18 +515,20 @@ func candidatesFor(obj *servingv1.AIInference, track string, eps []Endpoint, key
 }
 
 // forward sends the request to one replica and copies its answer back,
-// flushing each chunk. It reports true, having written nothing, when the
-// replica refused the connection.
+// flushing each chunk. It writes nothing to the client when the replica
+// refused the connection, nor, if mayResend, when the connection broke
+// before any byte of an answer: the outcome says which.
 // The counts are kept in defers: ReverseProxy aborts the handler with a panic
 // when the replica's answer breaks off midway.
-func (rt *Router) forward(w http.ResponseWriter, r *http.Request, key types.NamespacedName, picker *Picker, ep Endpoint, body []byte, begin time.Time) (refused bool) {
+func (rt *Router) forward(w http.ResponseWriter, r *http.Request, key types.NamespacedName, picker *Picker, ep Endpoint, body []byte,
+	begin time.Time, mayResend bool) (result outcome) {
 	code := 0
 	inFlight := rt.metrics.inFlight.WithLabelValues(key.Namespace, key.Name, ep.Name)
 	inFlight.Inc()
 	defer func() {
 		inFlight.Dec()
 		picker.Done(ep.Name)
-		if !refused {
+		if result == answered {
 			if code == 0 {
 				code = statusClientGone
 			}
@@ -499,6 +546,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, key types.Name
 		FlushInterval: -1,
 		ModifyResponse: func(resp *http.Response) error {
 			code = resp.StatusCode
+			resp.Header.Set(EndpointHeader, ep.Name)
 			resp.Body = &firstByte{ReadCloser: resp.Body, seen: func() {
 				rt.metrics.ttft.WithLabelValues(key.Namespace, key.Name, ep.Name).Observe(time.Since(begin).Seconds())
 			}}
@@ -506,11 +554,14 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, key types.Name
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			switch {
-			case isRefused(err):
-				refused = true
-				rt.metrics.upstreamErrors.WithLabelValues(key.Namespace, key.Name, ep.Name, errorRefused).Inc()
 			case r.Context().Err() != nil:
 				code = statusClientGone
+			case isRefused(err):
+				result = refused
+				rt.metrics.upstreamErrors.WithLabelValues(key.Namespace, key.Name, ep.Name, errorRefused).Inc()
+			case mayResend && isBroken(err):
+				result = broken
+				rt.metrics.upstreamErrors.WithLabelValues(key.Namespace, key.Name, ep.Name, errorBroken).Inc()
 			default:
 				code = http.StatusBadGateway
 				rt.metrics.upstreamErrors.WithLabelValues(key.Namespace, key.Name, ep.Name, errorFailed).Inc()
@@ -519,7 +570,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, key types.Name
 		},
 	}
 	proxy.ServeHTTP(w, r)
-	return refused
+	return result
 }
 
 // isRefused tells a replica that could not be reached: nothing was sent, so
@@ -527,6 +578,16 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, key types.Name
 func isRefused(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// isBroken tells a connection that broke before the replica's answer began
+// (an error of the round trip, so no byte of an answer came): the replica
+// went away, or closed a kept-alive connection as the request went out, or
+// answered what is not HTTP. A timeout is no such thing: the replica is
+// slow, and another would be as slow for the same request.
+func isBroken(err error) bool {
+	var ne net.Error
+	return !(errors.As(err, &ne) && ne.Timeout()) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // firstByte calls seen once, when the first byte of the body arrives.

@@ -117,7 +117,10 @@ func ServeRouter(t testing.TB, rt *router.Router) string {
 		_ = rt.Serve(ctx, l)
 	}()
 	t.Cleanup(func() {
+		// Closing the listener too ends the router's drain delay: no client
+		// is left to connect.
 		cancel()
+		_ = l.Close()
 		select {
 		case <-done:
 		case <-time.After(15 * time.Second):

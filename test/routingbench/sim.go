@@ -210,6 +210,16 @@ func (s *Sim) Stop() {
 	}
 }
 
+// Kill ends the simulator at once (SIGKILL), as a replica whose node fails or
+// that is killed for memory: its connections close with the requests on them.
+// It returns once the process has exited.
+func (s *Sim) Kill() {
+	if s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+	}
+	<-s.done
+}
+
 func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
