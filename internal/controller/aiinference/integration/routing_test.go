@@ -216,7 +216,7 @@ func TestTheRouterHoldsARoutedModelAtZero(t *testing.T) {
 // loopback one); its URL.
 func serveRouter(t *testing.T, g *WithT, dir router.Directory) string {
 	reg := prometheus.NewRegistry()
-	rt := router.New(router.Options{HoldTimeout: time.Minute}, dir, router.NetworkPolicyCheck{}, router.NewMetrics(reg), logr.Discard())
+	rt := router.New(router.Options{HoldTimeout: time.Minute, DrainDelay: time.Millisecond, ShutdownTimeout: time.Second}, dir, router.NetworkPolicyCheck{}, router.NewMetrics(reg), logr.Discard())
 	listen := func() net.Listener {
 		l, err := net.Listen("tcp", net.JoinHostPort(activatorIP, "0"))
 		g.Expect(err).NotTo(HaveOccurred())
