@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -276,12 +277,42 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt.route(w, r, obj, target.Track, body, req)
 }
 
+// adapterOf is the LoRA adapter of obj that model names; nil when it names
+// none (the base model).
+func adapterOf(obj *servingv1.AIInference, model string) *servingv1.AdapterSpec {
+	for i := range obj.Spec.Adapters {
+		if obj.Spec.Adapters[i].Name == model {
+			return &obj.Spec.Adapters[i]
+		}
+	}
+	return nil
+}
+
+// servingAdapter are the candidates that serve the adapter, as the model's
+// status.adapters reports them.
+func servingAdapter(obj *servingv1.AIInference, adapter string, candidates []Endpoint) []Endpoint {
+	var pods []string
+	for _, st := range obj.Status.Adapters {
+		if st.Name == adapter {
+			pods = st.Pods
+		}
+	}
+	var out []Endpoint
+	for _, e := range candidates {
+		if slices.Contains(pods, e.Name) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 func isCompletion(r *http.Request) bool {
 	return r.Method == http.MethodPost && (r.URL.Path == "/v1/completions" || r.URL.Path == "/v1/chat/completions")
 }
 
-// modelNamed is the namespace's AIInference that `model` names (its name or
-// spec.model.name) and that admits the client; nil when none.
+// modelNamed is the namespace's AIInference that `model` names (its name,
+// spec.model.name or one of its spec.adapters) and that admits the client;
+// nil when none.
 func (rt *Router) modelNamed(ctx context.Context, namespace, model string, client netip.Addr) *servingv1.AIInference {
 	models, err := rt.dir.Models(ctx, namespace)
 	if err != nil {
@@ -289,7 +320,7 @@ func (rt *Router) modelNamed(ctx context.Context, namespace, model string, clien
 	}
 	for i := range models {
 		obj := &models[i]
-		if obj.Name != model && obj.Spec.Model.Name != model {
+		if obj.Name != model && obj.Spec.Model.Name != model && adapterOf(obj, model) == nil {
 			continue
 		}
 		if admitted, err := rt.policy.Admits(ctx, obj, client); err == nil && admitted {
@@ -311,6 +342,8 @@ func (rt *Router) listModels(w http.ResponseWriter, r *http.Request, namespace s
 		ID      string `json:"id"`
 		Object  string `json:"object"`
 		OwnedBy string `json:"owned_by"`
+		// Parent is the base model of a LoRA adapter, as vLLM lists it.
+		Parent string `json:"parent,omitempty"`
 	}
 	list := struct {
 		Object string  `json:"object"`
@@ -318,7 +351,11 @@ func (rt *Router) listModels(w http.ResponseWriter, r *http.Request, namespace s
 	}{Object: "list", Data: []entry{}}
 	for i := range models {
 		if admitted, err := rt.policy.Admits(r.Context(), &models[i], client); err == nil && admitted {
-			list.Data = append(list.Data, entry{ID: models[i].Spec.Model.Name, Object: "model", OwnedBy: namespace})
+			base := models[i].Spec.Model.Name
+			list.Data = append(list.Data, entry{ID: base, Object: "model", OwnedBy: namespace})
+			for _, a := range models[i].Spec.Adapters {
+				list.Data = append(list.Data, entry{ID: a.Name, Object: "model", OwnedBy: namespace, Parent: base})
+			}
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -339,9 +376,15 @@ func (rt *Router) route(w http.ResponseWriter, r *http.Request, obj *servingv1.A
 	defer span.End()
 	r = r.WithContext(ctx)
 
+	adapter := adapterOf(obj, req.Model)
 	var blocks []uint64
 	if isCompletion(r) {
-		blocks = blockHashes(req.promptText(), rt.opts.BlockSize)
+		prompt := req.promptText()
+		if adapter != nil {
+			// An engine caches an adapter's prefixes apart from the base model's.
+			prompt = append([]byte(adapter.Name+"\x00"), prompt...)
+		}
+		blocks = blockHashes(prompt, rt.opts.BlockSize)
 	}
 	session := r.Header.Get(rt.opts.SessionHeader)
 	state := rt.state(key, obj.Spec.Engine.Type)
@@ -369,6 +412,18 @@ func (rt *Router) route(w http.ResponseWriter, r *http.Request, obj *servingv1.A
 	}
 	rt.metrics.queue.WithLabelValues(key.Namespace, key.Name).Observe(time.Since(begin).Seconds())
 	rt.metrics.readyEndpoints.WithLabelValues(key.Namespace, key.Name).Set(float64(len(candidates)))
+	if adapter != nil {
+		if candidates = servingAdapter(obj, adapter.Name, candidates); len(candidates) == 0 {
+			rt.metrics.answered(key, "", http.StatusServiceUnavailable)
+			msg := fmt.Sprintf("no serving replica of %s has loaded adapter %s yet (status.adapters says where it stands)", key, adapter.Name)
+			if held != nil && held.started {
+				held.errorEvent(http.StatusServiceUnavailable, msg)
+			} else {
+				writeError(w, http.StatusServiceUnavailable, 2, msg)
+			}
+			return
+		}
+	}
 
 	tried := map[string]bool{}
 	resent := false

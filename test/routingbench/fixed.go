@@ -20,9 +20,10 @@ import (
 // cluster: the Kubernetes side is router.KubeDirectory, tested apart). Every
 // host leads to the model.
 type FixedDirectory struct {
-	mu        sync.Mutex
-	model     *servingv1.AIInference
-	endpoints []router.Endpoint
+	mu               sync.Mutex
+	model            *servingv1.AIInference
+	endpoints        []router.Endpoint
+	namespaceAddress bool
 }
 
 // NewFixedDirectory is a directory of a vLLM model namespace/name served by the sims.
@@ -71,8 +72,29 @@ func (d *FixedDirectory) Key() types.NamespacedName {
 	return types.NamespacedName{Namespace: d.model.Namespace, Name: d.model.Name}
 }
 
+// Update changes the model (its spec.adapters and status, say) as the
+// API server would.
+func (d *FixedDirectory) Update(change func(*servingv1.AIInference)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	change(d.model)
+}
+
+// NamespaceAddress makes every host the namespace's OpenAI address, where the
+// body's model picks the AIInference, rather than the model's Service.
+func (d *FixedDirectory) NamespaceAddress() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.namespaceAddress = true
+}
+
 // Target implements router.Directory.
 func (d *FixedDirectory) Target(context.Context, string, netip.Addr) (router.Target, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.namespaceAddress {
+		return router.Target{Namespace: d.model.Namespace}, true
+	}
 	return router.Target{Namespace: d.model.Namespace, Model: d.model.Name}, true
 }
 
