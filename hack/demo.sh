@@ -87,7 +87,7 @@ nodes=config/localcluster/nodepool.yaml
 store_flags=()
 if hack/real-node-host.sh; then
 	nodes=config/localcluster/demo-nodepool.yaml
-	store_flags=(--object-store-model-bytes $((256 << 20)) --gateway)
+	store_flags=(--object-store-model-bytes $((256 << 20)) --gateway --network-policy)
 else
 	echo "==> No real node on this host (see above): the demo runs on simulated nodes only"
 fi
@@ -113,8 +113,16 @@ kubectl wait --for=condition=Established crd/httproutes.gateway.networking.k8s.i
 echo "==> Starting the operator (log: $operator_log)"
 stop_operator
 # The loader image built here runs on the real node; simulated nodes run no image.
+# With a real node, the activator (which holds the requests of a model at zero)
+# listens on the host's address, where the real node's pods and kube-proxy reach
+# the host (the object store's address).
+activator_flags=()
+if [ -n "${OBJECT_STORE_ENDPOINT:-}" ]; then
+	host_ip=${OBJECT_STORE_ENDPOINT#*://}
+	activator_flags=(--activator-advertise-address="${host_ip%%:*}")
+fi
 nohup "$root/bin/manager" --metrics-bind-address=0 --health-probe-bind-address=127.0.0.1:0 \
-	--loader-image="${IMAGE_MODEL_LOADER:-localcluster.local/model-loader:not-built}" >>"$operator_log" 2>&1 &
+	--loader-image="${IMAGE_MODEL_LOADER:-localcluster.local/model-loader:not-built}" "${activator_flags[@]}" >>"$operator_log" 2>&1 &
 echo $! >"$operator_pid_file"
 
 echo "==> Applying the samples in namespace $namespace"

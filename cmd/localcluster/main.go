@@ -2,7 +2,7 @@
 // (etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok on
 // 127.0.0.1) that keeps running in the background.
 //
-//	localcluster up [--nodes FILE] [--kubelet-delay-scale X] [--gateway] [--state-dir DIR]
+//	localcluster up [--nodes FILE] [--kubelet-delay-scale X] [--gateway] [--network-policy] [--state-dir DIR]
 //	                                                    start it (or say it is running)
 //	localcluster down [--state-dir DIR]                 stop it and remove its files
 //	localcluster status [--state-dir DIR]               show it; exit 1 if not running
@@ -88,7 +88,8 @@ func run(args []string) error {
 	switch command {
 	case "up":
 		s, err := localcluster.Up(ctx, localcluster.UpOptions{StateDir: f.stateDir, NodesFile: f.nodes,
-			KubeletDelayScale: f.kubeletDelayScale, ObjectStoreModelBytes: f.objectStoreModelBytes, Gateway: f.gateway, Out: os.Stderr})
+			KubeletDelayScale: f.kubeletDelayScale, ObjectStoreModelBytes: f.objectStoreModelBytes, Gateway: f.gateway,
+			NetworkPolicy: f.networkPolicy, Out: os.Stderr})
 		if err != nil {
 			return err
 		}
@@ -141,6 +142,7 @@ func run(args []string) error {
 			KubeletDelayScale: f.kubeletDelayScale,
 			ObjectStore:       objectStoreOptions(f),
 			Gateway:           gatewayOptions(f),
+			NetworkPolicy:     networkPolicyOptions(f),
 		})
 	default:
 		fmt.Fprint(os.Stderr, usage)
@@ -153,8 +155,17 @@ type flags struct {
 	kubeletDelayScale     float64
 	objectStoreModelBytes int64
 	gateway               bool
+	networkPolicy         bool
+	networkPolicyBinDir   string
 	// Set by up for the detached supervisor only.
 	binDir, stageDir, realNodeBinDir, imageDir, objectStoreBinDir, gatewayBinDir, repoRoot string
+}
+
+func networkPolicyOptions(f *flags) *localcluster.NetworkPolicyOptions {
+	if !f.networkPolicy {
+		return nil
+	}
+	return &localcluster.NetworkPolicyOptions{BinDir: f.networkPolicyBinDir, RepoRoot: f.repoRoot}
 }
 
 func gatewayOptions(f *flags) *localcluster.GatewayOptions {
@@ -195,7 +206,7 @@ func printEnv(s *localcluster.State) {
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // internalFlags are left out of the usage text.
-var internalFlags = map[string]bool{"bin-dir": true, "kwok-stage-dir": true, "real-node-bin-dir": true, "image-dir": true, "object-store-bin-dir": true, "gateway-bin-dir": true, "repo-root": true}
+var internalFlags = map[string]bool{"bin-dir": true, "kwok-stage-dir": true, "real-node-bin-dir": true, "image-dir": true, "object-store-bin-dir": true, "gateway-bin-dir": true, "network-policy-bin-dir": true, "repo-root": true}
 
 func newFlags(command string) (*flag.FlagSet, *flags) {
 	f := &flags{}
@@ -211,6 +222,8 @@ func newFlags(command string) (*flag.FlagSet, *flags) {
 	fs.StringVar(&f.realNodeBinDir, "real-node-bin-dir", "", "")
 	fs.StringVar(&f.imageDir, "image-dir", "", "")
 	fs.StringVar(&f.gatewayBinDir, "gateway-bin-dir", "", "")
+	fs.BoolVar(&f.networkPolicy, "network-policy", false, "for up: enforce NetworkPolicies on the real nodes (kube-router's firewall on the host, docs/security.md)")
+	fs.StringVar(&f.networkPolicyBinDir, "network-policy-bin-dir", "", "")
 	fs.StringVar(&f.repoRoot, "repo-root", "", "")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)

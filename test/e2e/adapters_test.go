@@ -20,9 +20,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
-	"github.com/aiinference/operator/test/s3test"
 	"github.com/aiinference/operator/internal/loadspec"
 	"github.com/aiinference/operator/test/localcluster"
+	"github.com/aiinference/operator/test/s3test"
 )
 
 // LoRA adapters on the real node: the simulator serves vLLM's adapter API

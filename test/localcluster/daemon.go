@@ -138,6 +138,9 @@ type UpOptions struct {
 	ObjectStoreModelBytes int64
 	// Gateway runs the cluster's gateway (StartGateway: Traefik on the host).
 	Gateway bool
+	// NetworkPolicy enforces NetworkPolicies on the real nodes
+	// (StartNetworkPolicy: kube-router's firewall on the host).
+	NetworkPolicy bool
 	// RepoRoot is the repository checkout; empty: found from the working directory.
 	RepoRoot string
 	// Timeout bounds the wait for the cluster once the binaries are built. Zero: 5 minutes.
@@ -234,6 +237,14 @@ func Up(ctx context.Context, opts UpOptions) (*State, error) {
 			return nil, err
 		}
 		args = append(args, "--gateway", "--gateway-bin-dir", dir, "--repo-root", root)
+	}
+	if opts.NetworkPolicy {
+		fmt.Fprintln(out, "Finding or building kube-router (hack/tools/build.sh netpol)")
+		dir, err := runBuildScript(ctx, root, "netpol", out)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "--network-policy", "--network-policy-bin-dir", dir, "--repo-root", root)
 	}
 	logPath := filepath.Join(opts.StateDir, supervisorLogFile)
 	logFile, err := os.Create(logPath)
@@ -349,6 +360,9 @@ type SupervisorOptions struct {
 	ObjectStore *ObjectStoreOptions
 	// Gateway, when set, starts the cluster's gateway with these options.
 	Gateway *GatewayOptions
+	// NetworkPolicy, when set, starts the real nodes' NetworkPolicy
+	// enforcement with these options.
+	NetworkPolicy *NetworkPolicyOptions
 }
 
 // RunSupervisor runs a cluster until SIGTERM or SIGINT, recording it in the
@@ -390,6 +404,11 @@ func RunSupervisor(opts SupervisorOptions) error {
 	state.LogsDir = c.LogsDir()
 	state.APIServer = c.APIServerURL()
 	state.Processes = c.Processes()
+	if opts.NetworkPolicy != nil {
+		if _, err := c.StartNetworkPolicy(ctx, *opts.NetworkPolicy); err != nil {
+			return err
+		}
+	}
 	if host := c.RealNodeHost(); len(host.Nodes) > 0 {
 		state.RealNodeHost = &host
 	}

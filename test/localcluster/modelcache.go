@@ -83,7 +83,7 @@ func (c *Cluster) StartModelCache(ctx context.Context, opts ModelCacheOptions) (
 		if err := c.startNodeProcess(filepath.Join(c.logsDir, n.Name), "model-cache", opts.Binary, "node-cache",
 			"--node-name="+n.Name, "--namespace="+opts.Namespace, "--kubeconfig="+c.kubeconfig,
 			"--cache-dir="+node.Dir, "--budget="+opts.Budget,
-			"--registration-dir="+filepath.Join(n.Dir, "kubelet", "plugins_registry"),
+			"--registration-dir="+filepath.Join(n.KubeletDir, "plugins_registry"),
 			"--csi-socket="+filepath.Join(n.ShimSocketDir, "model-cache.sock"),
 			"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(ports[0]),
 			"--report-interval=2s",

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -176,6 +177,11 @@ type RealNode struct {
 	// ShimSocketDir holds the shims' sockets; outside Dir because a unix socket
 	// path must stay short.
 	ShimSocketDir string `json:"shimSocketDir"`
+	// KubeletDir is the kubelet's root, outside Dir for the same reason: the
+	// kubelet and its plugins (the node cache) make sockets in it, and under a
+	// deep Dir their paths passed the 107 bytes a socket path may have. Dir's
+	// kubelet is a link to it.
+	KubeletDir string `json:"kubeletDir"`
 }
 
 // realNodes are the real nodes of a cluster, and what they changed on the host.
@@ -322,23 +328,12 @@ func (c *Cluster) startRealNodes(ctx context.Context, pool NodePool) ([]string, 
 
 // startRealNode starts the containerd and kubelet of one node, with c.real.mu held.
 func (c *Cluster) startRealNode(ctx context.Context, pool NodePool, index int, sandboxImage string) error {
-	name := pool.NodeName(index)
-	dir := filepath.Join(c.dir, "nodes", name)
-	sum := sha256.Sum256([]byte(dir))
-	id := hex.EncodeToString(sum[:4]) // tells this node apart from those of other clusters on the host
 	subnet, err := freePodSubnet()
 	if err != nil {
 		return err
 	}
-	node := RealNode{
-		Name:             name,
-		Dir:              dir,
-		PodCIDR:          subnet.String(),
-		Bridge:           "lcbr" + id,
-		CgroupRoot:       "/localcluster-" + id,
-		ContainerdSocket: filepath.Join(dir, "containerd.sock"),
-		ShimSocketDir:    "/run/localcluster-" + id,
-	}
+	node := newRealNode(filepath.Join(c.dir, "nodes"), pool.NodeName(index), subnet)
+	name, dir := node.Name, node.Dir
 	// Recorded before anything is created, so that teardown undoes a half start.
 	c.mu.Lock()
 	stopped := c.stopped
@@ -352,10 +347,13 @@ func (c *Cluster) startRealNode(ctx context.Context, pool NodePool, index int, s
 
 	bin := c.real.options.BinDir
 	logsDir := filepath.Join(c.logsDir, name)
-	for _, d := range []string{dir, logsDir, node.ShimSocketDir} {
+	for _, d := range []string{dir, logsDir, node.ShimSocketDir, node.KubeletDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
+	}
+	if err := os.Symlink(node.KubeletDir, filepath.Join(dir, "kubelet")); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
 	}
 	hierarchies, err := cgroupHierarchies()
 	if err != nil {
@@ -432,8 +430,8 @@ func (c *Cluster) startRealNode(ctx context.Context, pool NodePool, index int, s
 	if err := c.startNodeProcess(logsDir, kubeletBinary, filepath.Join(bin, kubeletBinary),
 		"--config="+kubeletConfig,
 		"--kubeconfig="+kubeconfig,
-		"--root-dir="+filepath.Join(dir, "kubelet"),
-		"--cert-dir="+filepath.Join(dir, "kubelet", "pki"),
+		"--root-dir="+node.KubeletDir,
+		"--cert-dir="+filepath.Join(node.KubeletDir, "pki"),
 		"--hostname-override="+name,
 		"--node-ip="+nodeIP.String(),
 		"--node-labels="+nodeLabelsFlag(pool, index),
@@ -785,13 +783,21 @@ func TearDownRealNodeHost(h RealNodeHost, progress io.Writer) error {
 		fmt.Fprintf(progress, "Tearing down real node %s\n", n.Name)
 		errs = append(errs,
 			killCgroup(hierarchies, n.CgroupRoot, 10*time.Second),
-			unmountUnder(n.Dir, n.ShimSocketDir),
+			unmountUnder(nonEmpty(n.Dir, n.ShimSocketDir, n.KubeletDir)...),
 			deleteBridge(n.Bridge),
 			removeCgroup(hierarchies, n.CgroupRoot, 10*time.Second),
 			os.RemoveAll(n.ShimSocketDir),
 		)
 		mounts, err := mountsUnder(n.Dir)
 		errs = append(errs, err)
+		if n.KubeletDir != "" { // a cluster started before the kubelet moved out of Dir has none
+			kubeletMounts, err := mountsUnder(n.KubeletDir)
+			errs = append(errs, err)
+			if err == nil && len(kubeletMounts) == 0 { // never remove through a mount
+				errs = append(errs, os.RemoveAll(n.KubeletDir))
+			}
+			mounts = append(mounts, kubeletMounts...)
+		}
 		if len(mounts) > 0 {
 			errs = append(errs, fmt.Errorf("still mounted: %v", mounts))
 		}
@@ -804,4 +810,26 @@ func TearDownRealNodeHost(h RealNodeHost, progress io.Writer) error {
 		return fmt.Errorf("tearing down the real nodes: %w", err)
 	}
 	return nil
+}
+
+// newRealNode is where the node called name, under nodesDir, keeps its
+// state, and the host's names it takes.
+func newRealNode(nodesDir, name string, subnet *net.IPNet) RealNode {
+	dir := filepath.Join(nodesDir, name)
+	sum := sha256.Sum256([]byte(dir))
+	id := hex.EncodeToString(sum[:4]) // tells this node apart from those of other clusters on the host
+	return RealNode{
+		Name:             name,
+		Dir:              dir,
+		PodCIDR:          subnet.String(),
+		Bridge:           "lcbr" + id,
+		CgroupRoot:       "/localcluster-" + id,
+		ContainerdSocket: filepath.Join("/run/localcluster-"+id, "containerd.sock"),
+		ShimSocketDir:    "/run/localcluster-" + id,
+		KubeletDir:       "/var/lib/localcluster-" + id,
+	}
+}
+
+func nonEmpty(dirs ...string) []string {
+	return slices.DeleteFunc(dirs, func(d string) bool { return d == "" })
 }
