@@ -10,7 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
@@ -20,7 +22,7 @@ import (
 )
 
 // Every AIInference sample, of either version, passes the validating webhooks
-// without a warning, and the v1alpha1 sample describes the same model as its v1
+// without a warning and the API server's checks of the CRD, and the v1alpha1 sample describes the same model as its v1
 // counterpart.
 func TestSamplesAreValid(t *testing.T) {
 	root, err := testutil.RepoRoot()
@@ -70,6 +72,13 @@ func TestSamplesAreValid(t *testing.T) {
 			}
 			if err != nil || len(warnings) > 0 {
 				t.Errorf("%s: %v, warnings %v", filepath.Base(file), err, warnings)
+			}
+			// And the real API server takes it: the CRD's schema (enums,
+			// formats) and CEL rules, then the webhooks, without writing it.
+			obj := &unstructured.Unstructured{Object: raw}
+			obj.SetNamespace("default")
+			if err := k8s.Create(context.Background(), obj, client.DryRunAll); err != nil {
+				t.Errorf("%s: the API server refuses %s: %v", filepath.Base(file), obj.GetName(), err)
 			}
 		}
 	}
