@@ -44,14 +44,21 @@ type Options struct {
 
 // Start runs the registry binary over a new storage folder under dir.
 func Start(binary, dir string, o Options) (*Registry, error) {
-	addr := o.Addr
-	if addr == "" {
-		port, err := freeport.Pick()
-		if err != nil {
-			return nil, err
-		}
-		addr = fmt.Sprintf("127.0.0.1:%d", port)
+	if o.Addr != "" {
+		return start(binary, dir, o, o.Addr)
 	}
+	// The registry binds its port itself: one found free may be taken
+	// before it does, and then it is started again on another.
+	var r *Registry
+	_, err := freeport.Start(func(port int) error {
+		var err error
+		r, err = start(binary, dir, o, fmt.Sprintf("127.0.0.1:%d", port))
+		return err
+	})
+	return r, err
+}
+
+func start(binary, dir string, o Options, addr string) (*Registry, error) {
 	var auth string
 	if o.Username != "" {
 		hash, err := bcrypt.GenerateFromPassword([]byte(o.Password), bcrypt.MinCost)
