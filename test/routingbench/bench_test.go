@@ -40,7 +40,7 @@ var benchWorkloadFile = filepath.Join("testdata", "chat-sweep.json")
 var updateWorkload = flag.Bool("update-workload", false, "write testdata/chat-sweep.json from benchWorkload")
 
 // benchRates are the sweep's conversations started per second.
-var benchRates = []float64{0.5, 1, 2, 4}
+var benchRates = []float64{0.5, 1, 2, 4, 8, 16}
 
 // benchShape is each rate's workload: 8 tenants with system prompts of 1,200
 // words (about 1,600 tokens), 6 conversations each of 4 turns of 80 words
@@ -197,13 +197,28 @@ func TestBenchRouting(t *testing.T) {
 	for i, p := range points {
 		PrintTable(out, fmt.Sprintf("\nrouting figure: %.1f conversations/s (%d requests)", p.Rate, roundRobin[i].Requests), roundRobin[i], routed[i], bound[i])
 	}
-	top := len(points) - 1
-	rr, rtr, b := roundRobin[top], routed[top], bound[top]
-	fmt.Fprintf(out, "\nrouting figure: at the highest rate (%.1f/s), router against round robin: TTFT p90 %.1fx lower (target 5x), output tokens/s %.2fx (target 1.3x), hit share %.1f%% of the bound's %.1f%% (target 90%%)\n",
-		points[top].Rate, ratio(rr.P90, rtr.P90), rtr.TokensPerSecond/max(rr.TokensPerSecond, 1e-9), 100*rtr.HitShare/max(b.HitShare, 1e-9), 100*b.HitShare)
+	// The saturating rate is the first at which round robin's engines refuse
+	// requests (their KV cache or queue is full); past it, failed requests are
+	// a figure, not a fault. Below it the router must fail none.
+	saturating := len(points) - 1
 	for i := range points {
-		if roundRobin[i].Failed+routed[i].Failed > 0 {
-			t.Errorf("%.1f/s: failed requests: round robin %d, router %d", points[i].Rate, roundRobin[i].Failed, routed[i].Failed)
+		if roundRobin[i].Failed > 0 {
+			saturating = i
+			break
+		}
+	}
+	for _, i := range slices.Compact([]int{saturating, len(points) - 1}) {
+		rr, rtr, b := roundRobin[i], routed[i], bound[i]
+		what := "the highest rate"
+		if i == saturating && roundRobin[i].Failed > 0 {
+			what = "the saturating rate (round robin's first failed requests)"
+		}
+		fmt.Fprintf(out, "\nrouting figure: at %s, %.1f/s, router against round robin: TTFT p90 %.1fx lower (target 5x), output tokens/s %.2fx (target 1.3x), failed %d against %d, hit share %.1f%% of the bound's %.1f%% (target 90%%)\n",
+			what, points[i].Rate, ratio(rr.P90, rtr.P90), rtr.TokensPerSecond/max(rr.TokensPerSecond, 1e-9), rtr.Failed, rr.Failed, 100*rtr.HitShare/max(b.HitShare, 1e-9), 100*b.HitShare)
+	}
+	for i := range points[:saturating] {
+		if routed[i].Failed > 0 {
+			t.Errorf("%.1f/s, below saturation: the router failed %d requests", points[i].Rate, routed[i].Failed)
 		}
 	}
 
