@@ -26,6 +26,9 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.adapters) || self.adapters.all(a, !has(a.source.pvc) || (has(self.model.source.pvc) && a.source.pvc.claimName == self.model.source.pvc.claimName))",message="an adapter's pvc source must be on the model's claim (spec.model.source.pvc.claimName), the one volume of sources the pods mount; put the adapter on that claim, or in an s3 or http source"
 // +kubebuilder:validation:XValidation:rule="self.engine.type != 'Triton' || !has(self.adapters) || size(self.adapters) == 0",message="Triton cannot serve LoRA adapters at run time (its vLLM backend reads them only from its model repository): remove spec.adapters, or serve the model with engine.type vLLM (adapters loaded without restart) or TGI (adapters at start)"
 // +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || self.engine.type != 'Triton' || !has(self.autoscaling.minReplicas) || self.autoscaling.minReplicas >= 1",message="autoscaling.minReplicas 0 needs to know when the model is idle, and Triton exports no gauge of running requests: set minReplicas to 1 or more for Triton"
+// +kubebuilder:validation:XValidation:rule="!has(self.gpu) || !has(self.gpu.nodes) || self.gpu.nodes <= 1 || self.engine.type == 'vLLM'",message="gpu.nodes above 1 spreads one replica over several nodes, which only vLLM can serve (its pipeline parallelism over Ray); TGI and Triton serve a model from one node: use engine.type vLLM, or gpu.nodes 1 with a GPU product that holds the model on one node"
+// +kubebuilder:validation:XValidation:rule="!has(self.gpu) || !has(self.gpu.nodes) || self.gpu.nodes <= 1 || !has(self.rollout) || self.rollout.strategy != 'Canary'",message="rollout.strategy Canary is not available for replicas that span nodes (gpu.nodes above 1) yet: use the Rolling strategy, which replaces whole groups one at a time"
+// +kubebuilder:validation:XValidation:rule="!has(self.gpu) || !has(self.gpu.nodes) || self.gpu.nodes <= 1 || !has(self.adapters) || size(self.adapters) == 0",message="spec.adapters is not available for replicas that span nodes (gpu.nodes above 1) yet: the adapter agent loads into one engine process, not a group; remove spec.adapters or serve the model on one node"
 // +kubebuilder:validation:XValidation:rule="!has(self.routing) || !self.routing.enabled || self.engine.type != 'Triton'",message="routing.enabled needs an OpenAI API (the router reads the model and the prompt from /v1/completions and /v1/chat/completions bodies), which Triton does not serve: use vLLM or TGI, or leave routing off"
 type AIInferenceSpec struct {
 	// Model says which model to serve and where its weights are.
@@ -336,9 +339,12 @@ type WarmupSpec struct {
 
 // GPUSpec is the GPUs of one replica.
 // +kubebuilder:validation:XValidation:rule="self.count > 0 || !has(self.products) || size(self.products) == 0",message="gpu.products lists acceptable GPU products, which needs gpu.count of at least 1"
+// +kubebuilder:validation:XValidation:rule="!has(self.nodes) || self.nodes <= 1 || (has(self.count) && self.count >= 1)",message="gpu.nodes spreads one replica over several nodes' GPUs: set gpu.count, the GPUs on each node, to at least 1"
+// +kubebuilder:validation:XValidation:rule="!has(self.topologyKey) || (has(self.nodes) && self.nodes > 1)",message="gpu.topologyKey holds the nodes of one replica in one domain, which needs gpu.nodes of 2 or more; remove gpu.topologyKey or raise gpu.nodes"
 type GPUSpec struct {
-	// Count is the number of GPUs per replica; the engine's tensor parallelism follows it.
-	// 0 runs on CPU.
+	// Count is the number of GPUs per replica, or with Nodes above 1 the GPUs
+	// on each of its nodes; the engine's tensor parallelism follows it. 0 runs
+	// on CPU.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=16
 	// +optional
@@ -352,6 +358,28 @@ type GPUSpec struct {
 	// +listType=set
 	// +optional
 	Products []string `json:"products,omitempty"`
+
+	// Nodes is how many nodes one replica spans, each with Count GPUs, for a
+	// model too big for one node: the replica runs as a group of pods (a
+	// LeaderWorkerSet group, which needs the LeaderWorkerSet controller), one
+	// per node, started, restarted and replaced as one; the engine splits the
+	// model's layers over the nodes (vLLM's pipeline parallelism) and each
+	// node's share over its GPUs (tensor parallelism). Only vLLM spans nodes.
+	// 1 (the default) is one pod per replica.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	// +optional
+	Nodes int32 `json:"nodes,omitempty"`
+
+	// TopologyKey holds every node of one replica within one domain of this
+	// node label (a rack, a block, an NVLink domain: e.g.
+	// topology.kubernetes.io/zone or a label of your own); the pods of a
+	// replica that spans domains talk over the slowest links. Only with Nodes
+	// of 2 or more.
+	// +kubebuilder:validation:MaxLength=316
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	// +optional
+	TopologyKey string `json:"topologyKey,omitempty"`
 }
 
 // CacheType is where the weights are kept in the pod.
@@ -657,6 +685,7 @@ type LoadFailure struct {
 // api/v1/names.go's NameProblem says the same, and a test keeps the two in step.
 // +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name cannot be used: the model's Service takes this name, and a Service name is lower-case letters, digits and '-', starting with a letter and ending with a letter or digit (no dots: write qwen2-5-7b for qwen2.5-7b)",optionalOldSelf=true
 // +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || self.metadata.name.size() <= 63",message="metadata.name has more than 63 characters, which cannot fit: the model's Service and the label on every pod take this name",optionalOldSelf=true
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.gpu) || !has(self.spec.gpu.nodes) || self.spec.gpu.nodes <= 1 || self.metadata.name.size() <= 41",message="metadata.name has more than 41 characters, too many for gpu.nodes above 1: the LeaderWorkerSet <name>-group and its StatefulSets <name>-group-<replica> take this name; use a shorter name"
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.rollout) || !has(self.spec.rollout.canary) || !has(self.spec.rollout.canary.traffic) || self.metadata.name.size() <= 56 || (oldSelf.hasValue() && has(oldSelf.value().spec.rollout) && has(oldSelf.value().spec.rollout.canary) && has(oldSelf.value().spec.rollout.canary.traffic))",message="metadata.name has more than 56 characters, too many for rollout.canary.traffic: the Services <name>-stable and <name>-canary take this name; use the replica-count split (no traffic) or a shorter name",optionalOldSelf=true
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status

@@ -120,6 +120,9 @@ const (
 	// ReasonTrafficAPIMissing: the Gateway API (or Inference Extension) CRDs the
 	// rollout's traffic needs are not installed.
 	ReasonTrafficAPIMissing = "TrafficAPIMissing"
+	// ReasonLeaderWorkerSetMissing: gpu.nodes above 1 runs each replica as a
+	// LeaderWorkerSet group, and the cluster does not serve LeaderWorkerSets.
+	ReasonLeaderWorkerSetMissing = "LeaderWorkerSetMissing"
 	// ReasonSignalsRead: the autoscaler reads the signals of every serving replica.
 	ReasonSignalsRead = "SignalsRead"
 	// ReasonMetricsUnavailable: a serving replica's signals cannot be read (its

@@ -34,6 +34,13 @@ const (
 	// TrackStable and TrackCanary are the values of LabelTrack.
 	TrackStable = "stable"
 	TrackCanary = "canary"
+	// LabelRole tells, in a replica that spans nodes (gpu.nodes above 1), the
+	// leader, which serves, from its workers, which only lend their GPUs to
+	// the leader's engine; the Service, the router and status count leaders.
+	LabelRole = "serving.aiinference.io/role"
+	// RoleLeader and RoleWorker are the values of LabelRole.
+	RoleLeader = "leader"
+	RoleWorker = "worker"
 
 	// AnnotationSpecHash on a child is the hash of what the operator last applied,
 	// so that an unchanged child is not written again.
@@ -91,6 +98,17 @@ func (in *AIInference) DesiredReplicas() int32 {
 	return min(max(replicas, a.Min()), a.MaxReplicas)
 }
 
+// NodesPerReplica is how many nodes (and pods) one replica spans, with its
+// default of 1.
+func (in *AIInference) NodesPerReplica() int32 {
+	return max(in.Spec.GPU.Nodes, 1)
+}
+
+// SpansNodes is true when a replica is a group of pods on several nodes.
+func (in *AIInference) SpansNodes() bool {
+	return in.NodesPerReplica() > 1
+}
+
 // Min is the autoscaler's lowest count, with its default.
 func (a *AutoscalingSpec) Min() int32 { return ptr.Deref(a.MinReplicas, DefaultMinReplicas) }
 
@@ -145,6 +163,9 @@ func (in *AIInference) Backoff() time.Duration {
 // seen the engine answer a completion, and its adapter agent, where it has
 // one, has tried each adapter the pod started with.
 func PodServes(pod *corev1.Pod) bool {
+	if pod.Labels[LabelRole] == RoleWorker {
+		return false // a worker's engine serves through its leader
+	}
 	engineReady, warmedUp := false, true
 	for _, cs := range pod.Status.InitContainerStatuses {
 		if cs.Name == WarmupContainerName || cs.Name == AdapterAgentContainerName {

@@ -25,13 +25,20 @@ const (
 	// MaxGatewayCanaryNameLength is the longest name with canary Gateway traffic,
 	// whose Services add "-stable" and "-canary".
 	MaxGatewayCanaryNameLength = MaxNameLength - len("-canary")
+	// MaxMultiNodeNameLength is the longest name of a model whose replicas
+	// span nodes: its LeaderWorkerSet <name>-group makes a StatefulSet
+	// <name>-group-<replica> per replica, and a StatefulSet's name must leave
+	// room in its pods' controller-revision-hash label (63 characters) for a
+	// hash of 10 and its dash, so at most 52, with up to 9999 replicas.
+	MaxMultiNodeNameLength = 52 - len("-group") - len("-9999")
 )
 
 var dns1035Label = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
 
 // NameProblem says why name cannot work for an AIInference, given whether it
-// asks for canary Gateway traffic (spec.rollout.canary.traffic); "" when it can.
-func NameProblem(name string, gatewayCanary bool) string {
+// asks for canary Gateway traffic (spec.rollout.canary.traffic) and whether
+// its replicas span nodes (spec.gpu.nodes above 1); "" when it can.
+func NameProblem(name string, gatewayCanary, spansNodes bool) string {
 	switch {
 	case !dns1035Label.MatchString(name):
 		return fmt.Sprintf("metadata.name %q cannot be used: the model's Service takes this name, and a Service name is lower-case letters, digits and '-', starting with a letter and ending with a letter or digit (no dots: write qwen2-5-7b for qwen2.5-7b)", name)
@@ -39,6 +46,8 @@ func NameProblem(name string, gatewayCanary bool) string {
 		return fmt.Sprintf("metadata.name has %d characters: at most %d fit, since the model's Service and the label on every pod take this name", len(name), MaxNameLength)
 	case gatewayCanary && len(name) > MaxGatewayCanaryNameLength:
 		return fmt.Sprintf("metadata.name has %d characters: with rollout.canary.traffic at most %d fit, since the Services <name>-stable and <name>-canary take it", len(name), MaxGatewayCanaryNameLength)
+	case spansNodes && len(name) > MaxMultiNodeNameLength:
+		return fmt.Sprintf("metadata.name has %d characters: with gpu.nodes above 1 at most %d fit, since the LeaderWorkerSet <name>-group and its StatefulSets <name>-group-<replica> take it", len(name), MaxMultiNodeNameLength)
 	}
 	return ""
 }
@@ -46,7 +55,7 @@ func NameProblem(name string, gatewayCanary bool) string {
 // NameProblem says why the object's name cannot work with its spec; "" when it can.
 func (in *AIInference) NameProblem() string {
 	gatewayCanary := in.Spec.Rollout != nil && in.Spec.Rollout.Canary != nil && in.Spec.Rollout.Canary.Traffic != nil
-	return NameProblem(in.Name, gatewayCanary)
+	return NameProblem(in.Name, gatewayCanary, in.SpansNodes())
 }
 
 // The children's names: deterministic, so that a restarted operator finds what
@@ -54,6 +63,13 @@ func (in *AIInference) NameProblem() string {
 
 // ServiceName names the model's Service, and the Deployment of its (stable) pods.
 func (in *AIInference) ServiceName() string { return in.Name }
+
+// GroupSetName names the LeaderWorkerSet of a model whose replicas span
+// nodes: its groups' pods are <name>-group-<replica> (the leader) and
+// <name>-group-<replica>-<worker>. (Not <name>: the LeaderWorkerSet
+// controller would take the model's Service of that name for the headless
+// one its pods' DNS names need.)
+func (in *AIInference) GroupSetName() string { return in.Name + "-group" }
 
 // LoaderConfigMapName names the loader's configuration of the (stable) pods.
 func (in *AIInference) LoaderConfigMapName() string { return in.Name + "-loader" }

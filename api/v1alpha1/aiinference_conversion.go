@@ -51,6 +51,8 @@ type v1Fields struct {
 	Env              []corev1.EnvVar               `json:"env,omitempty"`
 	Port             int32                         `json:"port,omitempty"`
 	Products         []string                      `json:"products,omitempty"`
+	Nodes            int32                         `json:"nodes,omitempty"`
+	TopologyKey      string                        `json:"topologyKey,omitempty"`
 	Cache            *servingv1.CacheSpec          `json:"cache,omitempty"`
 	Timeout          *metav1.Duration              `json:"timeout,omitempty"`
 	Backoff          *metav1.Duration              `json:"backoff,omitempty"`
@@ -141,7 +143,7 @@ func (src *AIInference) ConvertTo(dstRaw conversion.Hub) error {
 			Env:   copyEnv(saved.Env),
 			Port:  saved.Port,
 		},
-		GPU:      servingv1.GPUSpec{Count: s.GPUs, Products: products},
+		GPU:      servingv1.GPUSpec{Count: s.GPUs, Products: products, Nodes: saved.Nodes, TopologyKey: saved.TopologyKey},
 		Replicas: copyPtr(s.Replicas),
 		Cache:    saved.Cache.DeepCopy(),
 		Loading: servingv1.LoadingSpec{
@@ -229,6 +231,8 @@ func (dst *AIInference) ConvertFrom(srcRaw conversion.Hub) error {
 		NetworkPolicy:    s.NetworkPolicy.DeepCopy(),
 		Routing:          s.Routing.DeepCopy(),
 		Adapters:         copyAdapters(s.Adapters),
+		Nodes:            s.GPU.Nodes,
+		TopologyKey:      s.GPU.TopologyKey,
 	}
 	if !equality.Semantic.DeepEqual(sourceFromLocation(loc), s.Model.Source) {
 		lost.Source = s.Model.Source.DeepCopy()

@@ -197,6 +197,7 @@ func keepOnlyWhatV1Alpha1Expresses(o *servingv1.AIInference) {
 	s.Model.Source = sourceFromLocation(locationOf(s.Model.Source))
 	s.Engine.Env, s.Engine.Port, s.Engine.SecurityContext, s.Engine.Warmup = nil, 0, nil, nil
 	s.GPU.Products = productsFrom(firstProduct(s.GPU.Products))
+	s.GPU.Nodes, s.GPU.TopologyKey = 0, ""
 	s.Cache, s.ServiceAccountName, s.PodMetadata, s.ImagePullSecrets, s.Rollout, s.Autoscaling = nil, "", nil, nil, nil, nil
 	s.NetworkPolicy, s.Routing, s.Adapters = nil, nil, nil
 	s.Loading.Timeout = durationFrom(secondsOf(s.Loading.Timeout), nil)

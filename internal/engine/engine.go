@@ -20,8 +20,12 @@ type Params struct {
 	ServedName string
 	// Port is the HTTP port to listen on.
 	Port int32
-	// TensorParallel is the number of GPUs to shard the model over (at least 1).
+	// TensorParallel is the number of GPUs to shard the model over on each
+	// node (at least 1).
 	TensorParallel int32
+	// Nodes is the number of nodes one replica spans (at least 1); above 1
+	// only for an engine that is a MultiNode.
+	Nodes int32
 	// Adapters are the LoRA adapters of the spec; the engine is started able
 	// to serve them (and, for an engine that takes them only at start, with
 	// them).
@@ -93,4 +97,26 @@ func For(t servingv1.EngineType) (Engine, error) {
 		return nil, fmt.Errorf("unknown engine type %q", t)
 	}
 	return e, nil
+}
+
+// MultiNode is an engine that can spread one replica over several nodes: a
+// group's leader serves, its workers lend it their GPUs. Every member gets
+// the LeaderWorkerSet controller's LWS_LEADER_ADDRESS and LWS_GROUP_SIZE.
+type MultiNode interface {
+	// LeaderCommand replaces the image's entrypoint on the leader; Args (for
+	// Params.Nodes) and the user's arguments follow it.
+	LeaderCommand() []string
+	// WorkerCommand is a worker's whole command line: it joins the leader and
+	// serves nothing itself, so it has no HTTP port and no probes.
+	WorkerCommand() []string
+}
+
+// SpansNodes tells whether an engine type can spread one replica over nodes.
+func SpansNodes(t servingv1.EngineType) bool {
+	eng, err := For(t)
+	if err != nil {
+		return false
+	}
+	_, ok := eng.(MultiNode)
+	return ok
 }

@@ -50,12 +50,39 @@ func (vllm) Args(p Params) []string {
 	if p.TensorParallel > 1 {
 		args = append(args, "--tensor-parallel-size", strconv.Itoa(int(p.TensorParallel)))
 	}
+	if p.Nodes > 1 {
+		// docs/serving/parallelism_scaling.md: the GPUs of a node in tensor
+		// parallel, the nodes in pipeline parallel, over a Ray cluster.
+		args = append(args, "--pipeline-parallel-size", strconv.Itoa(int(p.Nodes)), "--distributed-executor-backend", "ray")
+	}
 	if len(p.Adapters) > 0 {
 		// Only whether there are adapters is in the arguments: which ones is
 		// the adapter agent's, so that a change rolls no pod.
 		args = append(args, "--enable-lora")
 	}
 	return args
+}
+
+// vllmMultiNodeScript is the helper the vllm-openai image carries for a Ray
+// cluster over several nodes (examples/online_serving/multi-node-serving.sh,
+// at /vllm-workspace in the image), which vLLM's docs
+// (docs/deployment/frameworks/lws.md) run under LeaderWorkerSet: `leader`
+// starts Ray's head on port 6379 and returns once --ray_cluster_size nodes
+// have joined; `worker` joins the head at --ray_address and blocks.
+const vllmMultiNodeScript = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"
+
+// LeaderCommand starts Ray's head, waits for the group's workers, then runs
+// the OpenAI server with Args and the user's arguments ("$@"), as the image's
+// entrypoint would.
+func (vllm) LeaderCommand() []string {
+	return []string{"/bin/bash", "-c",
+		`bash ` + vllmMultiNodeScript + ` leader --ray_cluster_size="$LWS_GROUP_SIZE" && exec python3 -m vllm.entrypoints.openai.api_server "$@"`,
+		"vllm-leader"}
+}
+
+// WorkerCommand joins the leader's Ray cluster.
+func (vllm) WorkerCommand() []string {
+	return []string{"/bin/bash", "-c", `exec bash ` + vllmMultiNodeScript + ` worker --ray_address="$LWS_LEADER_ADDRESS"`}
 }
 
 // AdapterLoading: at run time, through POST /v1/load_lora_adapter and

@@ -28,6 +28,7 @@ import (
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	inferencev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
+	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
@@ -119,6 +120,8 @@ func Scheme() *runtime.Scheme {
 	// The canary traffic children: an HTTPRoute and InferencePools.
 	utilruntime.Must(gatewayv1.Install(scheme))
 	utilruntime.Must(inferencev1.Install(scheme))
+	// Replicas that span nodes: LeaderWorkerSets.
+	utilruntime.Must(lwsv1.AddToScheme(scheme))
 	return scheme
 }
 
@@ -156,6 +159,9 @@ func cachedChildren(cfg *rest.Config, managed cache.ByObject) map[client.Object]
 	}
 	if served(inferencev1.GroupVersion.String(), "inferencepools") {
 		byObject[&inferencev1.InferencePool{}] = managed
+	}
+	if served(lwsv1.GroupVersion.String(), "leaderworkersets") {
+		byObject[&lwsv1.LeaderWorkerSet{}] = managed
 	}
 	return byObject
 }

@@ -80,8 +80,42 @@ func withAdapters(mutate func(*servingv1.AIInference), names ...string) *serving
 	})
 }
 
+// overNodes spreads the valid object's replicas over nodes of 8 H100s.
+func overNodes(nodes int32, mutate func(*servingv1.AIInference)) *servingv1.AIInference {
+	return validV1(func(o *servingv1.AIInference) {
+		o.Spec.GPU = servingv1.GPUSpec{Count: 8, Products: []string{"NVIDIA-H100-80GB-HBM3"}, Nodes: nodes}
+		if mutate != nil {
+			mutate(o)
+		}
+	})
+}
+
 func invalidCases() []invalidCase {
 	return []invalidCase{
+		// v1: replicas that span nodes.
+		{name: "nodes on TGI", schema: true, obj: overNodes(2, func(o *servingv1.AIInference) { o.Spec.Engine.Type = servingv1.EngineTGI }),
+			want: []string{"gpu.nodes above 1", "only vLLM can serve", "use engine.type vLLM"}},
+		{name: "nodes on CPU", schema: true, obj: overNodes(2, func(o *servingv1.AIInference) { o.Spec.GPU.Count, o.Spec.GPU.Products = 0, nil }),
+			want: []string{"set gpu.count, the GPUs on each node, to at least 1"}},
+		{name: "topologyKey on one node", schema: true, obj: overNodes(1, func(o *servingv1.AIInference) { o.Spec.GPU.TopologyKey = "example.com/rack" }),
+			want: []string{"gpu.topologyKey", "needs gpu.nodes of 2 or more"}},
+		{name: "topologyKey not a label key", schema: true, obj: overNodes(2, func(o *servingv1.AIInference) { o.Spec.GPU.TopologyKey = "a rack" }),
+			want: []string{"spec.gpu.topologyKey"}},
+		{name: "canary over nodes", schema: true, obj: overNodes(2, func(o *servingv1.AIInference) {
+			o.Spec.Replicas = ptr.To[int32](2)
+			o.Spec.Rollout = &servingv1.RolloutSpec{Strategy: servingv1.RolloutCanary, Canary: &servingv1.CanarySpec{
+				Replicas: 1, Steps: []servingv1.CanaryStep{{Weight: 10, Pause: &servingv1.PauseStep{}}}}}
+		}), want: []string{"Canary is not available for replicas that span nodes", "use the Rolling strategy"}},
+		{name: "adapters over nodes", schema: true, obj: withAdapters(func(o *servingv1.AIInference) {
+			o.Spec.GPU = servingv1.GPUSpec{Count: 8, Products: []string{"NVIDIA-H100-80GB-HBM3"}, Nodes: 2}
+		}, "sql"), want: []string{"spec.adapters is not available for replicas that span nodes"}},
+		{name: "16 H100s on one node", obj: validV1(func(o *servingv1.AIInference) {
+			o.Spec.GPU = servingv1.GPUSpec{Count: 16, Products: []string{"NVIDIA-H100-80GB-HBM3"}}
+		}), want: []string{"spec.gpu.count", "no node of NVIDIA-H100-80GB-HBM3 holds 16 GPUs (at most 8 each)", "set spec.gpu.count to 8 and spec.gpu.nodes to 2"}},
+		{name: "12 H100s per node", obj: overNodes(2, func(o *servingv1.AIInference) { o.Spec.GPU.Count = 12 }),
+			want: []string{"holds 12 GPUs", "set spec.gpu.count to 8 and spec.gpu.nodes to 3"}},
+		{name: "vLLM --pipeline-parallel-size", obj: withArgs(servingv1.EngineVLLM, "--pipeline-parallel-size", "2"),
+			want: []string{`"--pipeline-parallel-size" is set by the operator`, "set spec.gpu.nodes"}},
 		// v1: LoRA adapters.
 		{name: "adapter named twice", schema: true, obj: withAdapters(nil, "sql", "chat", "sql"),
 			want: []string{"spec.adapters", "names an adapter twice", "give each adapter its own name"}},

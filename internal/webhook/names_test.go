@@ -33,6 +33,7 @@ func TestNamesThatCannotWorkAreRefused(t *testing.T) {
 	cases := []struct {
 		name          string
 		gatewayCanary bool
+		spansNodes    bool
 		want          string // "" when admitted
 	}{
 		{name: "qwen2.5-7b", want: "no dots: write qwen2-5-7b for qwen2.5-7b"},
@@ -43,6 +44,8 @@ func TestNamesThatCannotWorkAreRefused(t *testing.T) {
 		{name: strings.Repeat("b", 56), gatewayCanary: true},
 		{name: strings.Repeat("b", 57), gatewayCanary: true, want: "more than 56 characters, too many for rollout.canary.traffic"},
 		{name: strings.Repeat("c", 57)},
+		{name: strings.Repeat("d", 41), spansNodes: true},
+		{name: strings.Repeat("d", 42), spansNodes: true, want: "more than 41 characters, too many for gpu.nodes above 1"},
 		{name: "llama-3-1-8b"},
 	}
 	for _, tc := range cases {
@@ -51,6 +54,9 @@ func TestNamesThatCannotWorkAreRefused(t *testing.T) {
 			obj := validV1(func(o *servingv1.AIInference) {
 				if tc.gatewayCanary {
 					withGatewayCanary(o)
+				}
+				if tc.spansNodes {
+					o.Spec.GPU = servingv1.GPUSpec{Count: 8, Products: []string{"NVIDIA-H100-80GB-HBM3"}, Nodes: 2}
 				}
 			})
 			obj.Name, obj.Namespace = tc.name, ns

@@ -110,6 +110,9 @@ var ownedFlags = map[servingv1.EngineType][]ownedFlag{
 		{"--port", func(p paths) string { return p.portHint }},
 		{"--tensor-parallel-size", tensorParallelFix},
 		{"-tp", tensorParallelFix},
+		{"--pipeline-parallel-size", pipelineParallelFix},
+		{"-pp", pipelineParallelFix},
+		{"--distributed-executor-backend", pipelineParallelFix},
 	},
 	servingv1.EngineTGI: {
 		{"--model-id", sourceFix},
@@ -133,6 +136,45 @@ func sourceFix(p paths) string {
 
 func tensorParallelFix(p paths) string {
 	return "the operator shards the model over " + p.gpuCount.String() + " GPUs; set " + p.gpuCount.String() + " and remove the argument"
+}
+
+func pipelineParallelFix(paths) string {
+	return "the operator spreads a replica over spec.gpu.nodes nodes in pipeline parallel over Ray; set spec.gpu.nodes and remove the argument"
+}
+
+// gpusPerNode is the most GPUs one node of a product holds, for the products
+// sold as a board of a fixed size (an HGX or DGX board, a GB200 tray); the
+// others go in servers of many sizes and are not checked.
+var gpusPerNode = map[string]int32{
+	"NVIDIA-H100-80GB-HBM3": 8, "NVIDIA-H200": 8, "NVIDIA-B200": 8, "NVIDIA-GB200": 4,
+	"NVIDIA-A100-SXM4-40GB": 16, "NVIDIA-A100-SXM4-80GB": 16, "Tesla-V100-SXM2-16GB": 16, "Tesla-V100-SXM2-32GB": 16,
+}
+
+// validateShape refuses a replica whose GPUs on one node no accepted product
+// can hold, saying how to spread it over nodes instead.
+func validateShape(gpu servingv1.GPUSpec, p paths) field.ErrorList {
+	if gpu.Count == 0 || len(gpu.Products) == 0 {
+		return nil
+	}
+	most := int32(0)
+	for _, product := range gpu.Products {
+		n, ok := gpusPerNode[product]
+		if !ok {
+			return nil // a product of no fixed size may hold it
+		}
+		most = max(most, n)
+	}
+	if gpu.Count <= most {
+		return nil
+	}
+	nodes := max(gpu.Nodes, 1)
+	total := gpu.Count * nodes
+	fix := fmt.Sprintf("set %s to %d or fewer", p.gpuCount, most)
+	if total%most == 0 {
+		fix = fmt.Sprintf("for %d GPUs per replica, set %s to %d and spec.gpu.nodes to %d (engine.type vLLM)", total, p.gpuCount, most, total/most)
+	}
+	return field.ErrorList{field.Invalid(p.gpuCount, gpu.Count, fmt.Sprintf(
+		"no node of %s holds %d GPUs (at most %d each): %s", strings.Join(gpu.Products, " or "), gpu.Count, most, fix))}
 }
 
 // ownedEnv are environment variables the engine container must not set.
@@ -199,6 +241,7 @@ func validate(obj *servingv1.AIInference, p paths) (warnings []string, errs fiel
 		}
 	}
 	errs = append(errs, validateResources(s.Resources, p.resources)...)
+	errs = append(errs, validateShape(s.GPU, p)...)
 	for _, product := range s.GPU.Products {
 		if !slices.Contains(KnownGPUProducts, product) {
 			warnings = append(warnings, fmt.Sprintf(

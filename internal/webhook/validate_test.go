@@ -71,7 +71,7 @@ func TestEveryFlagTheOperatorSetsIsRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, arg := range eng.Args(engine.Params{ModelPath: "/models/m", ServedName: "m", Port: 8000, TensorParallel: 2}) {
+		for _, arg := range eng.Args(engine.Params{ModelPath: "/models/m", ServedName: "m", Port: 8000, TensorParallel: 2, Nodes: 2}) {
 			if !strings.HasPrefix(arg, "-") {
 				continue
 			}

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	inferencev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 )
@@ -83,6 +84,7 @@ func hashOf(values ...any) string {
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=inference.networking.k8s.io,resources=inferencepools,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=leaderworkerset.x-k8s.io,resources=leaderworkersets,verbs=get;list;watch;create;update;patch;delete
 
 // A child is one step that writes objects for an AIInference. The children
 // table is the one place that lists them: writeChildren runs their steps,
@@ -180,6 +182,9 @@ var (
 	networkPolicies = &childKind{kind: "NetworkPolicy", object: func() client.Object { return &networkingv1.NetworkPolicy{} },
 		names:        func(o *servingv1.AIInference) []string { return []string{o.IngressPolicyName(), o.EgressPolicyName()} },
 		conflictRank: 7, exactSpec: true}
+	leaderWorkerSets = &childKind{kind: "LeaderWorkerSet", object: func() client.Object { return &lwsv1.LeaderWorkerSet{} },
+		names:        func(o *servingv1.AIInference) []string { return []string{o.GroupSetName()} },
+		conflictRank: 9, watched: func(r *Reconciler) bool { return r.served(leaderWorkerSetKind) }}
 	endpointSlices = &childKind{kind: "EndpointSlice", object: func() client.Object { return &discoveryv1.EndpointSlice{} },
 		names: func(o *servingv1.AIInference) []string {
 			return []string{o.ActivatorSliceName(), servingv1.RouterSliceName(o.Name)}
@@ -202,7 +207,7 @@ func init() {
 		{step: "reconcileRouting", write: (*Reconciler).reconcileRouting, kinds: []*childKind{endpointSlices}},
 		{step: "reconcileTraffic", write: (*Reconciler).reconcileTraffic, kinds: []*childKind{services, inferencePools, httpRoutes},
 			wanted: func(_ *Reconciler, s *scope) bool { return s.obs.referenceProblem == nil }},
-		{step: "reconcileDeployment", write: (*Reconciler).reconcileDeployment, round: deploymentRound, kinds: []*childKind{deployments}},
+		{step: "reconcileDeployment", write: (*Reconciler).reconcileDeployment, round: deploymentRound, kinds: []*childKind{deployments, leaderWorkerSets}},
 	}
 }
 

@@ -137,6 +137,9 @@ func desiredStableDeployment(desired, observed *appsv1.Deployment, plan *rollout
 }
 
 func (r *Reconciler) reconcileDeployment(ctx context.Context, s *scope) error {
+	if s.obj.SpansNodes() {
+		return r.reconcileLeaderWorkerSet(ctx, s)
+	}
 	desired := s.deployment
 	if s.obs.rollout != nil {
 		desired = desiredStableDeployment(s.deployment, s.obs.deployment, s.obs.rollout)
@@ -148,6 +151,9 @@ func (r *Reconciler) reconcileDeployment(ctx context.Context, s *scope) error {
 	}
 	if res == applyUnchanged || res == applyUpdated {
 		s.obs.deployment = existing
+	}
+	if err := r.retireOtherForm(ctx, s); err != nil {
+		return err
 	}
 	return r.reconcileCanaryDeployment(ctx, s)
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/loadspec"
@@ -37,6 +38,14 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	} else if client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("reading Deployment %s: %w", s.obj.Name, err)
 	}
+	if s.obj.SpansNodes() {
+		// The groups are the replicas; a Deployment left from the model's
+		// single-node form serves until they do, but is no replica of the spec.
+		s.obs.deployment = nil
+		if err := r.observeGroups(ctx, s); err != nil {
+			return err
+		}
+	}
 	canary := &appsv1.Deployment{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: s.obj.Namespace, Name: s.obj.CanaryName()}, canary); err == nil && metav1.IsControlledBy(canary, s.obj) {
 		s.obs.canary = canary
@@ -52,6 +61,22 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	s.obs.pods = observePods(pods.Items, s.templateHash)
 	r.readCrashLogs(ctx, s)
 	s.loads = assessLoads(s.obj, s.obs.pods, s.templateHash, s.now)
+	return nil
+}
+
+// observeGroups reads the LeaderWorkerSet of a model that spans nodes.
+func (r *Reconciler) observeGroups(ctx context.Context, s *scope) error {
+	if !r.served(leaderWorkerSetKind) {
+		return nil // checkReferences reports it
+	}
+	lws := &lwsv1.LeaderWorkerSet{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: s.obj.Namespace, Name: s.obj.GroupSetName()}, lws)
+	switch {
+	case err == nil && metav1.IsControlledBy(lws, s.obj):
+		s.obs.deployment = groupsAsDeployment(lws)
+	case client.IgnoreNotFound(err) != nil:
+		return fmt.Errorf("reading LeaderWorkerSet %s: %w", s.obj.Name, err)
+	}
 	return nil
 }
 

@@ -119,7 +119,7 @@ func podTemplate(obj *servingv1.AIInference, eng engine.Engine, opts Options) co
 			ImagePullSecrets:   spec.ImagePullSecrets,
 			NodeSelector:       spec.NodeSelector,
 			Tolerations:        tolerations,
-			Affinity:           withNodeCachePreference(gpuAffinity(spec.GPU), obj),
+			Affinity:           withGroupTopology(withNodeCachePreference(gpuAffinity(spec.GPU), obj), obj),
 			SecurityContext: &corev1.PodSecurityContext{
 				FSGroup:             ptr.To[int64](loaderUID),
 				FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
@@ -130,6 +130,12 @@ func podTemplate(obj *servingv1.AIInference, eng engine.Engine, opts Options) co
 			Volumes:        volumes(obj, opts),
 		},
 	}
+}
+
+// sharesMemory is true when the engine's processes exchange tensors through
+// /dev/shm: several GPUs, or Ray's object store on a group's nodes.
+func sharesMemory(obj *servingv1.AIInference) bool {
+	return obj.Spec.GPU.Count > 1 || obj.SpansNodes()
 }
 
 // podMetadata is the user's pod labels and annotations under the operator's labels.
@@ -334,6 +340,7 @@ func engineContainer(obj *servingv1.AIInference, eng engine.Engine, opts Options
 		ServedName:     spec.Model.Name,
 		Port:           port,
 		TensorParallel: max(spec.GPU.Count, 1),
+		Nodes:          obj.NodesPerReplica(),
 		Adapters:       engineAdapters(obj),
 	}
 	args := append(eng.Args(params), spec.Engine.Args...)
@@ -355,7 +362,7 @@ func engineContainer(obj *servingv1.AIInference, eng engine.Engine, opts Options
 		{Name: engineHomeVolume, MountPath: engineHome},
 		{Name: tmpVolume, MountPath: "/tmp"},
 	}
-	if spec.GPU.Count > 1 {
+	if sharesMemory(obj) {
 		mounts = append(mounts, corev1.VolumeMount{Name: shmVolume, MountPath: "/dev/shm"})
 	}
 
@@ -483,7 +490,7 @@ func volumes(obj *servingv1.AIInference, opts Options) []corev1.Volume {
 			}})
 		}
 	}
-	if obj.Spec.GPU.Count > 1 {
+	if sharesMemory(obj) {
 		// Tensor parallelism exchanges data through shared memory; the default 64Mi is too small.
 		vols = append(vols, corev1.Volume{Name: shmVolume, VolumeSource: corev1.VolumeSource{
 			EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory},

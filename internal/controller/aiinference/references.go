@@ -36,6 +36,11 @@ func (r *Reconciler) checkReferences(ctx context.Context, s *scope) error {
 	if err == nil && p == nil {
 		p = r.checkTrafficAPIs(s)
 	}
+	if err == nil && p == nil && obj.SpansNodes() && !r.served(leaderWorkerSetKind) {
+		p = &problem{servingv1.ReasonLeaderWorkerSetMissing, fmt.Sprintf(
+			"spec.gpu.nodes %d runs each replica as a LeaderWorkerSet group, which needs the LeaderWorkerSet controller (leaderworkerset.x-k8s.io/v1, v0.7 or later), and this cluster does not serve LeaderWorkerSets; install it (docs/multinode.md), or set spec.gpu.nodes to 1",
+			obj.NodesPerReplica())}
+	}
 	if err != nil {
 		return err
 	}

@@ -76,6 +76,11 @@ func observeRollout(obj *servingv1.AIInference, obs observation, templateHash st
 		}
 	}
 	ro.done = obs.canary == nil && current && !obs.childChanged && rolledOut(d, ro.desired)
+	if obj.SpansNodes() {
+		// The group counts may predate the spec (see groupsAsDeployment): the
+		// leaders of its template must serve too.
+		ro.done = ro.done && ro.currentReady >= ro.desired
+	}
 	for _, c := range d.Status.Conditions {
 		switch {
 		case c.Type == appsv1.DeploymentReplicaFailure && c.Status == corev1.ConditionTrue:

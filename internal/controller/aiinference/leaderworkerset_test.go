@@ -1,0 +1,128 @@
+package aiinference
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/engine"
+)
+
+func multiNodeInference() *servingv1.AIInference {
+	obj := sampleInference()
+	obj.Spec.GPU = servingv1.GPUSpec{Count: 8, Products: []string{"NVIDIA-H100-80GB-HBM3"}, Nodes: 2, TopologyKey: "example.com/rack"}
+	return obj
+}
+
+func desiredGroups(t *testing.T, obj *servingv1.AIInference) *lwsv1.LeaderWorkerSet {
+	t.Helper()
+	eng, err := engine.For(obj.Spec.Engine.Type)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := DesiredDeployment(obj, Options{LoaderImage: "loader:test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lws, err := desiredLeaderWorkerSet(obj, eng, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lws
+}
+
+// A replica over two 8-GPU nodes is a group of two pods: the leader runs
+// vLLM's server over a Ray cluster the worker joins, tensor parallel over a
+// node's GPUs and pipeline parallel over the nodes, as vLLM's docs run it
+// under LeaderWorkerSet; the worker loads the model too, and has no port,
+// probe or warm-up gate.
+func TestAReplicaOverTwoNodesIsOneGroup(t *testing.T) {
+	g := NewWithT(t)
+	obj := multiNodeInference()
+	lws := desiredGroups(t, obj)
+	g.Expect(lws.Name).To(Equal("chat-group"))
+	g.Expect(*lws.Spec.LeaderWorkerTemplate.Size).To(Equal(int32(2)))
+	g.Expect(lws.Spec.LeaderWorkerTemplate.RestartPolicy).To(Equal(lwsv1.RecreateGroupOnPodRestart))
+	g.Expect(lws.Spec.StartupPolicy).To(Equal(lwsv1.LeaderCreatedStartupPolicy), "the leader is ready only once its workers joined")
+
+	leader := lws.Spec.LeaderWorkerTemplate.LeaderTemplate
+	worker := lws.Spec.LeaderWorkerTemplate.WorkerTemplate
+	g.Expect(leader.Labels).To(HaveKeyWithValue(servingv1.LabelRole, servingv1.RoleLeader))
+	g.Expect(worker.Labels).To(HaveKeyWithValue(servingv1.LabelRole, servingv1.RoleWorker))
+	g.Expect(leader.Annotations[servingv1.AnnotationTemplateHash]).To(Equal(worker.Annotations[servingv1.AnnotationTemplateHash]),
+		"one template hash tells current pods of either role")
+
+	le := engineOf(&leader.Spec)
+	g.Expect(le.Command).To(HaveExactElements("/bin/bash", "-c", ContainSubstring(`multi-node-serving.sh leader --ray_cluster_size="$LWS_GROUP_SIZE" && exec python3 -m vllm.entrypoints.openai.api_server "$@"`), "vllm-leader"))
+	g.Expect(le.Args).To(ContainElements("--tensor-parallel-size", "8", "--pipeline-parallel-size", "2", "--distributed-executor-backend", "ray"))
+	g.Expect(le.ReadinessProbe).NotTo(BeNil())
+	g.Expect(le.Resources.Limits.Name(servingv1.GPUResource, "").Value()).To(Equal(int64(8)))
+	g.Expect(leader.Spec.InitContainers).To(ContainElement(HaveField("Name", servingv1.WarmupContainerName)))
+
+	we := engineOf(&worker.Spec)
+	g.Expect(we.Command).To(HaveExactElements("/bin/bash", "-c", ContainSubstring(`multi-node-serving.sh worker --ray_address="$LWS_LEADER_ADDRESS"`)))
+	g.Expect(we.Args).To(BeEmpty())
+	g.Expect(we.Ports).To(BeEmpty())
+	g.Expect([]*corev1.Probe{we.StartupProbe, we.ReadinessProbe, we.LivenessProbe}).To(HaveEach(BeNil()))
+	g.Expect(we.Resources.Limits.Name(servingv1.GPUResource, "").Value()).To(Equal(int64(8)))
+	g.Expect(worker.Spec.InitContainers).To(HaveLen(1))
+	g.Expect(worker.Spec.InitContainers[0].Name).To(Equal(servingv1.LoaderContainerName), "every member loads the model")
+	for _, spec := range []corev1.PodSpec{leader.Spec, worker.Spec} {
+		g.Expect(spec.Volumes).To(ContainElement(HaveField("Name", shmVolume)), "Ray's object store")
+	}
+}
+
+// The members of one group go to different nodes, within one domain of
+// gpu.topologyKey; the terms name the group by its label's key, so groups
+// do not constrain one another.
+func TestAGroupsMembersShareADomainOnDifferentNodes(t *testing.T) {
+	g := NewWithT(t)
+	for _, role := range []corev1.PodTemplateSpec{*desiredGroups(t, multiNodeInference()).Spec.LeaderWorkerTemplate.LeaderTemplate, desiredGroups(t, multiNodeInference()).Spec.LeaderWorkerTemplate.WorkerTemplate} {
+		a := role.Spec.Affinity
+		g.Expect(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution).To(HaveExactElements(And(
+			HaveField("TopologyKey", hostnameKey), HaveField("MatchLabelKeys", []string{lwsv1.GroupUniqueHashLabelKey}))))
+		g.Expect(a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution).To(HaveExactElements(And(
+			HaveField("TopologyKey", "example.com/rack"), HaveField("MatchLabelKeys", []string{lwsv1.GroupUniqueHashLabelKey}))))
+		g.Expect(a.NodeAffinity).NotTo(BeNil(), "the GPU product still chooses the nodes")
+	}
+
+	single := sampleInference()
+	d, err := DesiredDeployment(single, Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(d.Spec.Template.Spec.Affinity.PodAntiAffinity).To(BeNil())
+	g.Expect(engineOf(&d.Spec.Template.Spec).Args).NotTo(ContainElement("--pipeline-parallel-size"))
+}
+
+// A change of shape rolls the pods: the template hash follows gpu.nodes and
+// gpu.topologyKey.
+func TestTheShapeIsPartOfTheTemplateHash(t *testing.T) {
+	g := NewWithT(t)
+	hash := func(obj *servingv1.AIInference) string {
+		return desiredGroups(t, obj).Spec.LeaderWorkerTemplate.LeaderTemplate.Annotations[servingv1.AnnotationTemplateHash]
+	}
+	base := multiNodeInference()
+	threeNodes := multiNodeInference()
+	threeNodes.Spec.GPU.Nodes = 3
+	otherDomain := multiNodeInference()
+	otherDomain.Spec.GPU.TopologyKey = "topology.kubernetes.io/zone"
+	g.Expect(hash(base)).NotTo(Equal(hash(threeNodes)))
+	g.Expect(hash(base)).NotTo(Equal(hash(otherDomain)))
+}
+
+// Status counts groups: the LeaderWorkerSet's ready groups are the model's
+// ready replicas.
+func TestGroupsCountAsReplicas(t *testing.T) {
+	g := NewWithT(t)
+	lws := desiredGroups(t, multiNodeInference())
+	lws.Generation = 4
+	lws.Status = lwsv1.LeaderWorkerSetStatus{Replicas: 3, ReadyReplicas: 2, UpdatedReplicas: 3}
+	d := groupsAsDeployment(lws)
+	g.Expect(d.Status.Replicas).To(Equal(int32(3)))
+	g.Expect(d.Status.ReadyReplicas).To(Equal(int32(2)))
+	g.Expect(d.Status.UpdatedReplicas).To(Equal(int32(3)))
+	g.Expect(d.Status.ObservedGeneration).To(Equal(int64(4)))
+	g.Expect(podTemplateHash(d)).To(Equal(lws.Spec.LeaderWorkerTemplate.LeaderTemplate.Annotations[servingv1.AnnotationTemplateHash]))
+}
