@@ -52,6 +52,16 @@ func selectorLabels(obj *servingv1.AIInference) map[string]string {
 	}
 }
 
+// servingSelector selects the pods that serve: all of a single-node model's,
+// the leaders of one whose replicas span nodes (a worker has no server).
+func servingSelector(obj *servingv1.AIInference) map[string]string {
+	labels := selectorLabels(obj)
+	if obj.SpansNodes() {
+		labels[servingv1.LabelRole] = servingv1.RoleLeader
+	}
+	return labels
+}
+
 // childLabels go on every child: the selector labels plus the managed-by mark.
 func childLabels(obj *servingv1.AIInference) map[string]string {
 	labels := selectorLabels(obj)

@@ -126,3 +126,26 @@ func TestGroupsCountAsReplicas(t *testing.T) {
 	g.Expect(d.Status.ObservedGeneration).To(Equal(int64(4)))
 	g.Expect(podTemplateHash(d)).To(Equal(lws.Spec.LeaderWorkerTemplate.LeaderTemplate.Annotations[servingv1.AnnotationTemplateHash]))
 }
+
+// Traffic goes to leaders only (a worker serves nothing), and with
+// spec.networkPolicy the members of a group reach each other on any port.
+func TestOnlyLeadersServeAndMembersTalk(t *testing.T) {
+	g := NewWithT(t)
+	obj := multiNodeInference()
+	eng, err := engine.For(obj.Spec.Engine.Type)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(desiredService(obj, eng).Spec.Selector).To(HaveKeyWithValue(servingv1.LabelRole, servingv1.RoleLeader))
+	g.Expect(desiredService(sampleInference(), eng).Spec.Selector).NotTo(HaveKey(servingv1.LabelRole))
+
+	obj.Spec.NetworkPolicy = &servingv1.NetworkPolicySpec{Enabled: true}
+	ingress, egress := desiredNetworkPolicies(obj, eng, "aiinference-system")
+	members := HaveField("PodSelector.MatchLabels", selectorLabels(obj))
+	g.Expect(ingress.Spec.Ingress).To(ContainElement(And(HaveField("From", HaveExactElements(members)), HaveField("Ports", BeEmpty()))))
+	g.Expect(egress.Spec.Egress).To(ContainElement(And(HaveField("To", HaveExactElements(members)), HaveField("Ports", BeEmpty()))))
+
+	single := sampleInference()
+	single.Spec.NetworkPolicy = &servingv1.NetworkPolicySpec{Enabled: true}
+	ingress, egress = desiredNetworkPolicies(single, eng, "aiinference-system")
+	g.Expect(ingress.Spec.Ingress).NotTo(ContainElement(HaveField("From", HaveExactElements(members))))
+	g.Expect(egress.Spec.Egress).NotTo(ContainElement(HaveField("To", HaveExactElements(members))))
+}

@@ -70,6 +70,12 @@ func desiredNetworkPolicies(obj *servingv1.AIInference, eng engine.Engine, opera
 			Ports: []networkingv1.NetworkPolicyPort{tcpPort(loadspec.AdapterAgentPort)},
 		})
 	}
+	// The members of a group talk among themselves on ports the engine
+	// chooses (Ray's, NCCL's): the model's pods let each other in and out.
+	group := []networkingv1.NetworkPolicyPeer{{PodSelector: &pods}}
+	if obj.SpansNodes() {
+		ingressRules = append(ingressRules, networkingv1.NetworkPolicyIngressRule{From: group})
+	}
 	ingress = &networkingv1.NetworkPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: networkingv1.SchemeGroupVersion.String(), Kind: "NetworkPolicy"},
 		ObjectMeta: childMeta(obj, obj.IngressPolicyName()),
@@ -82,6 +88,9 @@ func desiredNetworkPolicies(obj *servingv1.AIInference, eng engine.Engine, opera
 	dns := networkingv1.NetworkPolicyEgressRule{Ports: []networkingv1.NetworkPolicyPort{
 		{Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To(intstr.FromInt32(53))}, tcpPort(53)}}
 	rules := []networkingv1.NetworkPolicyEgressRule{dns}
+	if obj.SpansNodes() {
+		rules = append(rules, networkingv1.NetworkPolicyEgressRule{To: group})
+	}
 	sources := []servingv1.ModelSource{obj.Spec.Model.Source}
 	for _, a := range obj.Spec.Adapters {
 		sources = append(sources, a.Source)

@@ -19,7 +19,7 @@ func desiredService(obj *servingv1.AIInference, eng engine.Engine) *corev1.Servi
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
 		ObjectMeta: childMeta(obj, obj.Name),
 		Spec: corev1.ServiceSpec{
-			Selector: selectorLabels(obj),
+			Selector: servingSelector(obj),
 			Ports: []corev1.ServicePort{{
 				Name:       "http",
 				Port:       enginePort(obj, eng),

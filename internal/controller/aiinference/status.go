@@ -121,7 +121,7 @@ func computeStatus(obj *servingv1.AIInference, obs observation, loads loadAssess
 	}
 	st.Ready = fmt.Sprintf("%d/%d", st.ReadyReplicas, ro.desired)
 	st.GPU = gpuSummary(obj.Spec.GPU)
-	st.Selector = labels.SelectorFromSet(selectorLabels(obj)).String()
+	st.Selector = labels.SelectorFromSet(servingSelector(obj)).String()
 	st.ModelCache = obs.modelCache
 	if at := obj.Annotations[servingv1.AnnotationRequestedAt]; at != "" {
 		st.LastHandledRequestedAt = at
