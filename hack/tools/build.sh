@@ -5,7 +5,7 @@
 # A binary already in the cache is reused, so only the first run pays the build.
 #
 # Usage: hack/tools/build.sh GROUP...
-#   groups: envtest cluster s3 rclone registry node node-packages sim images promtool helm traefik keda netpol kube-network-policies all
+#   groups: envtest cluster s3 rclone registry node node-packages sim images promtool helm traefik keda lws netpol kube-network-policies all
 #   node: kubelet, kube-proxy, containerd, runc and CNI plugins of a real node;
 #   node-packages: only the Debian packages a real node needs (apt-get, as root);
 #   sim: llm-d-inference-sim; images: the real node's image tarballs (pause,
@@ -13,6 +13,7 @@
 #   prometheus package (promtool checks metric names and unit-tests the alerts);
 #   traefik: the local cluster's Gateway API data plane (docs/gateway.md);
 #   keda: KEDA's operator, run on the host by the bring-your-own autoscaler test;
+#   lws: the LeaderWorkerSet controller, run on the host for replicas that span nodes;
 #   registry: a real OCI registry (distribution), for the oci model source's tests.
 # Prints the folder of the last group built, e.g. for KUBEBUILDER_ASSETS.
 # AIINFERENCE_CACHE overrides the cache root (default ~/.cache/aiinference-operator).
@@ -249,6 +250,16 @@ keda_tool() {
 		-ldflags "-X github.com/kedacore/keda/v2/version.Version=$version"
 }
 
+# lws_tool: the LeaderWorkerSet controller (sigs.k8s.io/lws's cmd), in its own
+# module (k8s.io v0.33, controller-runtime v0.21); the local cluster runs it on
+# the host with its webhooks (test/localcluster/lws.go).
+lws_tool() {
+	local version
+	version=$(version_of lws sigs.k8s.io/lws)
+	build lws sigs.k8s.io/lws sigs.k8s.io/lws/cmd lws-manager \
+		-ldflags "-X sigs.k8s.io/lws/pkg/version.GitVersion=$version"
+}
+
 promtool_dir() {
 	command -v promtool >/dev/null || apt_install promtool prometheus
 	dirname "$(command -v promtool)"
@@ -265,6 +276,7 @@ for group in "$@"; do
 	netpol) last=$(netpol_tool) ;;
 	kube-network-policies) last=$(kube_network_policies_tool) ;;
 	keda) last=$(keda_tool) ;;
+	lws) last=$(lws_tool) ;;
 	all) cluster >/dev/null; s3 >/dev/null; rclone >/dev/null; registry >/dev/null; node >/dev/null; last=$(images) ;;
 	*) echo "build.sh: unknown group $group" >&2; exit 2 ;;
 	esac

@@ -95,6 +95,8 @@ type Cluster struct {
 	// stopConfigCheck ends the check of pods' Secrets and ConfigMaps (configcheck.go).
 	stopConfigCheck context.CancelFunc
 	gateway         *Gateway // set by StartGateway
+	// lwsStarted is set by StartLeaderWorkerSet (guarded by mu).
+	lwsStarted bool
 }
 
 // ports are the loopback ports of the components.

@@ -263,22 +263,40 @@ func cmpOr(s, def string) string {
 // installGatewayCRDs creates the Gateway API CRDs the cluster lacks and waits
 // until they are established.
 func installGatewayCRDs(ctx context.Context, k8s client.Client, repoRoot string) error {
-	list := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api")
+	dir, err := moduleDir(ctx, repoRoot, "sigs.k8s.io/gateway-api")
+	if err != nil {
+		return err
+	}
+	var files []string
+	for _, plural := range gatewayCRDs {
+		files = append(files, filepath.Join(dir, "config", "crd", "standard", "gateway.networking.k8s.io_"+plural+".yaml"))
+	}
+	return installCRDs(ctx, k8s, files)
+}
+
+// moduleDir is where the Go module that repoRoot's go.mod requires is.
+func moduleDir(ctx context.Context, repoRoot, module string) (string, error) {
+	list := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", module)
 	list.Dir = repoRoot
 	out, err := list.Output()
 	if err != nil {
-		return fmt.Errorf("finding the sigs.k8s.io/gateway-api module: %w", err)
+		return "", fmt.Errorf("finding the %s module: %w", module, err)
 	}
-	dir := filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "standard")
+	return strings.TrimSpace(string(out)), nil
+}
+
+// installCRDs creates the CRDs of the files that the cluster lacks and waits
+// until they are established.
+func installCRDs(ctx context.Context, k8s client.Client, files []string) error {
 	var names []string
-	for _, plural := range gatewayCRDs {
-		data, err := os.ReadFile(filepath.Join(dir, "gateway.networking.k8s.io_"+plural+".yaml"))
+	for _, file := range files {
+		data, err := os.ReadFile(file)
 		if err != nil {
 			return err
 		}
 		crd := &apiextensionsv1.CustomResourceDefinition{}
 		if err := yaml.Unmarshal(data, crd); err != nil {
-			return fmt.Errorf("reading the CRD of %s: %w", plural, err)
+			return fmt.Errorf("reading the CRD of %s: %w", file, err)
 		}
 		if err := k8s.Create(ctx, crd); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating the CRD %s: %w", crd.Name, err)
