@@ -28,13 +28,7 @@ func TestAnAdapterGoesToTheReplicasThatServeIt(t *testing.T) {
 		o.Status.Adapters = []servingv1.AdapterStatus{{Name: "sql-lora", ServingReplicas: 1, Pods: []string{sims[2].Name}}, {Name: "chat-lora"}}
 	})
 	send := func(model, prompt string) (int, string) {
-		body := fmt.Sprintf(`{"model":%q,"prompt":%q,"max_tokens":2}`, model, prompt)
-		resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
+		resp := sendCompletion(t, url, model, prompt)
 		if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") == "" {
 			t.Errorf("503 without Retry-After")
 		}
@@ -111,13 +105,7 @@ func TestAnAdapterGoesWhereItIsActive(t *testing.T) {
 		o.Status.Adapters = []servingv1.AdapterStatus{{Name: "sql-lora", ServingReplicas: 3, Pods: pods}}
 	})
 	send := func(model, prompt string) string {
-		body := fmt.Sprintf(`{"model":%q,"prompt":%q,"max_tokens":2}`, model, prompt)
-		resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
+		resp := sendCompletion(t, url, model, prompt)
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("%s: HTTP %d", model, resp.StatusCode)
 		}
@@ -160,6 +148,20 @@ func TestAnAdapterGoesWhereItIsActive(t *testing.T) {
 	}
 	cancel()
 	<-held
+}
+
+// sendCompletion posts a two-token completion for model to the router at url
+// and returns its answer, the body read and closed.
+func sendCompletion(t *testing.T, url, model, prompt string) *http.Response {
+	t.Helper()
+	body := fmt.Sprintf(`{"model":%q,"prompt":%q,"max_tokens":2}`, model, prompt)
+	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp
 }
 
 // scrapeText is a simulator's /metrics.
