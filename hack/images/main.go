@@ -1,4 +1,5 @@
-// Command images writes an image made of one static binary as a tarball that
+// Command images writes an image made of static binaries (one, the entrypoint,
+// and any -add beside it) as a tarball that
 // `ctr -n k8s.io images import --local` accepts, with no Docker daemon and no
 // registry. hack/tools/build.sh (group images) runs it for the real nodes of the
 // local cluster. `images release` (release.go, run by `make images`) builds the
@@ -35,6 +36,11 @@ func main() {
 		return
 	}
 	binary := flag.String("binary", "", "static binary to put in the image (required)")
+	var added []string
+	flag.Func("add", "another static binary to put in the image, at /<base name> (repeatable); -binary stays the entrypoint", func(p string) error {
+		added = append(added, p)
+		return nil
+	})
 	entrypoint := flag.String("entrypoint", "", "path of the binary in the image (default: /<base name of -binary>)")
 	tag := flag.String("tag", "", "image reference written into the tarball, e.g. localcluster.local/pause:3.10 (required)")
 	user := flag.String("user", "65532:65532", "user:group the image runs as")
@@ -47,22 +53,27 @@ func main() {
 	if *entrypoint == "" {
 		*entrypoint = "/" + path.Base(*binary)
 	}
-	if err := writeImage(*binary, *entrypoint, *tag, *user, *out); err != nil {
+	if err := writeImage(*binary, *entrypoint, added, *tag, *user, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "images:", err)
 		os.Exit(1)
 	}
 }
 
-func writeImage(binary, entrypoint, tag, user, out string) error {
+func writeImage(binary, entrypoint string, added []string, tag, user, out string) error {
 	ref, err := name.NewTag(tag)
 	if err != nil {
 		return err
 	}
-	program, err := os.ReadFile(binary)
-	if err != nil {
-		return err
+	files := []file{{path: strings.TrimPrefix(entrypoint, "/")}}
+	for _, a := range added {
+		files = append(files, file{path: path.Base(a)})
 	}
-	layerTar, err := rootFS(strings.TrimPrefix(entrypoint, "/"), program)
+	for i, p := range append([]string{binary}, added...) {
+		if files[i].data, err = os.ReadFile(p); err != nil {
+			return err
+		}
+	}
+	layerTar, err := rootFS(files)
 	if err != nil {
 		return err
 	}
@@ -96,20 +107,23 @@ func writeImage(binary, entrypoint, tag, user, out string) error {
 	return tarball.WriteToFile(out, ref, img)
 }
 
-// rootFS is the image's only layer: the program at programPath (relative to /)
-// and a world-writable /tmp, with fixed times and root ownership.
-func rootFS(programPath string, program []byte) ([]byte, error) {
+// rootFS is the image's only layer: the programs (path relative to /, data), in
+// the order given, and a
+// world-writable /tmp, with fixed times and root ownership.
+func rootFS(programs []file) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	epoch := time.Unix(0, 0)
 	if err := tw.WriteHeader(&tar.Header{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
 		return nil, err
 	}
-	if err := tw.WriteHeader(&tar.Header{Name: programPath, Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(program)), ModTime: epoch, Format: tar.FormatPAX}); err != nil {
-		return nil, err
-	}
-	if _, err := tw.Write(program); err != nil {
-		return nil, err
+	for _, p := range programs {
+		if err := tw.WriteHeader(&tar.Header{Name: p.path, Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(p.data)), ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(p.data); err != nil {
+			return nil, err
+		}
 	}
 	if err := tw.Close(); err != nil {
 		return nil, err

@@ -9,7 +9,7 @@
 #   node: kubelet, kube-proxy, containerd, runc and CNI plugins of a real node;
 #   node-packages: only the Debian packages a real node needs (apt-get, as root);
 #   sim: llm-d-inference-sim; images: the real node's image tarballs (pause,
-#   model-loader, llm-d-inference-sim, router) for `ctr images import`; promtool: Debian's
+#   model-loader, llm-d-inference-sim behind fake-vllm, router) for `ctr images import`; promtool: Debian's
 #   prometheus package (promtool checks metric names and unit-tests the alerts);
 #   traefik: the local cluster's Gateway API data plane (docs/gateway.md);
 #   keda: KEDA's operator, run on the host by the bring-your-own autoscaler test;
@@ -159,21 +159,24 @@ sim() {
 	build sim github.com/llm-d/llm-d-inference-sim github.com/llm-d/llm-d-inference-sim/cmd/llm-d-inference-sim llm-d-inference-sim
 }
 
-# image NAME BINARY USER [TAG_PREFIX]: write the image tarball of one static
-# binary, named after the content that goes into it (the binary, the image
-# writer's source, the settings), and print its path. The image is
+# image NAME BINARY USER [TAG_PREFIX [ADDED_BINARY...]]: write the image tarball
+# of one static binary, its entrypoint (and any added binaries beside it, at
+# /<base name>), named after the content that goes into it (the binaries, the
+# image writer's source, the settings), and print its path. The image is
 # localcluster.local/NAME:TAG_PREFIX<content key>, so a changed binary gets a new
 # image reference.
 image() {
 	local name=$1 binary=$2 user=$3 tag_prefix=${4:-}
-	local key out
-	key=$({ sha256sum <"$binary"; cat "$images_src"/go.sum "$images_src"/*.go; echo "$user $tag_prefix"; } | sha256sum | cut -c1-16)
+	shift 4 2>/dev/null || shift $#
+	local key out added=() b
+	for b in "$@"; do added+=(-add "$b"); done
+	key=$({ for b in "$binary" "$@"; do sha256sum <"$b"; done; cat "$images_src"/go.sum "$images_src"/*.go; echo "$user $tag_prefix"; } | sha256sum | cut -c1-16)
 	out="$cache_root/images/$name-$key.tar"
 	if [ ! -f "$out" ]; then
 		mkdir -p "$cache_root/images"
 		echo "Writing image localcluster.local/$name:$tag_prefix$key into $out" >&2
 		[ -x "$work/image-writer" ] || (cd "$images_src" && CGO_ENABLED=0 go build -trimpath -o "$work/image-writer" .)
-		"$work/image-writer" -binary "$binary" -tag "localcluster.local/$name:$tag_prefix$key" -user "$user" -out "$out.$$.tmp"
+		"$work/image-writer" -binary "$binary" "${added[@]}" -tag "localcluster.local/$name:$tag_prefix$key" -user "$user" -out "$out.$$.tmp"
 		mv "$out.$$.tmp" "$out"
 	fi
 	echo "$out"
@@ -187,11 +190,15 @@ images() {
 	# shellcheck disable=SC2064 # expand work now: it is local to this function.
 	trap "rm -rf '$work'" EXIT
 	(cd "$images_src" && CGO_ENABLED=0 go build -trimpath -o "$work/pause" ./pause)
+	(cd "$images_src" && CGO_ENABLED=0 go build -trimpath -o "$work/fake-vllm" ./fakevllm)
 	(cd "$tools_dir/../.." && CGO_ENABLED=0 go build -trimpath -o "$work/model-loader" ./cmd/model-loader)
 	(cd "$tools_dir/../.." && CGO_ENABLED=0 go build -trimpath -o "$work/router" ./cmd/router)
 	pause=$(image pause "$work/pause" 65535:65535)
 	loader=$(image model-loader "$work/model-loader" 65532:65532)
-	engine=$(image llm-d-inference-sim "$sim_bin" 65532:65532 "$sim_version-")
+	# The engine image's entrypoint is fake-vllm (hack/images/fakevllm), which
+	# drops the few vLLM flags the simulator does not know (--enable-lora) and
+	# runs /llm-d-inference-sim with the rest.
+	engine=$(image llm-d-inference-sim "$work/fake-vllm" 65532:65532 "$sim_version-" "$sim_bin")
 	router=$(image router "$work/router" 65532:65532)
 	dir="$cache_root/images/set-$(basename "$pause" .tar)-$(basename "$loader" .tar)-$(basename "$engine" .tar)-$(basename "$router" .tar)"
 	mkdir -p "$dir"

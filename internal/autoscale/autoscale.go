@@ -68,6 +68,18 @@ func Scrape(ctx context.Context, url string, wanted []servingv1.AutoscalingSigna
 	if err != nil {
 		return nil, err
 	}
+	return SignalsOf(families, url, wanted, metrics)
+}
+
+// ScrapeFamilies reads one pod's /metrics as Scrape does (no redirect, at
+// most 4 MiB), for a caller that reads more than the signals from it.
+func ScrapeFamilies(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
+	return fetch(ctx, url)
+}
+
+// SignalsOf are the wanted signals of a /metrics read from url, as Scrape
+// reads them.
+func SignalsOf(families map[string]*dto.MetricFamily, url string, wanted []servingv1.AutoscalingSignal, metrics func(servingv1.AutoscalingSignal) []string) (Signals, error) {
 	out := Signals{}
 	for _, s := range wanted {
 		names := metrics(s)

@@ -44,7 +44,7 @@ type EndpointRoutingReport struct {
 	Endpoint string `json:"endpoint"`
 	// Requests by HTTP status.
 	Requests map[string]float64 `json:"requests"`
-	// Picks by reason: prefix, hash, spill, session, load, retry.
+	// Picks by reason: prefix, adapter, hash, spill, session, load, retry.
 	Picks map[string]float64 `json:"picks,omitempty"`
 }
 

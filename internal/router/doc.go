@@ -85,7 +85,9 @@
 //
 //	aiinference_router_requests_total{namespace,name,endpoint,code}
 //	aiinference_router_picks_total{namespace,name,endpoint,reason}
-//	    reason: prefix (longest cached prefix seen by this router), hash
+//	    reason: prefix (longest cached prefix seen by this router), adapter
+//	    (the request's LoRA adapter runs or waits in that replica's engine
+//	    now: vllm:lora_requests_info), hash
 //	    (the prefix's consistent-hash owner), spill (owner past the load
 //	    bound: the next on the ring), session (header), load (least loaded),
 //	    retry (the first pick refused the connection or broke it before

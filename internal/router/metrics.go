@@ -61,7 +61,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Requests the router answered, by model, replica (empty when none was reached) and HTTP status."},
 			append(endpoint, "code")),
 		picks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: picksMetric,
-			Help: "Replicas picked, by why: prefix, hash, spill, session, load, retry."}, append(endpoint, "reason")),
+			Help: "Replicas picked, by why: prefix, adapter, hash, spill, session, load, retry."}, append(endpoint, "reason")),
 		prefixBlocks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: prefixBlocksMetric,
 			Help: "Whole prompt blocks routed (--block-size bytes each)."}, model),
 		prefixHitBlocks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: prefixHitBlocksMetric,

@@ -34,6 +34,10 @@ const (
 	ReasonHash = "hash"
 	// ReasonSpill: the owner was past the load bound; the next on the ring.
 	ReasonSpill = "spill"
+	// ReasonAdapter: no cached prefix to follow, and the request's LoRA
+	// adapter is active (running or waiting) in this replica's engine, as its
+	// vllm:lora_requests_info says: the adapter is in the GPU there.
+	ReasonAdapter = "adapter"
 	// ReasonSession: the session header's owner on the hash ring.
 	ReasonSession = "session"
 	// ReasonLoad: no prefix or session to follow; the least loaded replica.
@@ -43,14 +47,36 @@ const (
 )
 
 // Reasons lists every pick reason, for metrics and docs.
-var Reasons = []string{ReasonPrefix, ReasonHash, ReasonSpill, ReasonSession, ReasonLoad, ReasonRetry}
+var Reasons = []string{ReasonPrefix, ReasonAdapter, ReasonHash, ReasonSpill, ReasonSession, ReasonLoad, ReasonRetry}
 
 // EngineLoad is what a replica's engine says of its load.
 type EngineLoad struct {
 	Waiting, Running, KVCacheUsage float64
+	// Adapters is where the engine's LoRA adapters stand.
+	Adapters AdapterActivity
 	// At is when it was read; a reading older than staleAfter counts for nothing.
 	At time.Time
 }
+
+// AdapterActivity is what an engine's vllm:lora_requests_info says, in its
+// latest series: the LoRA adapters that have requests running
+// (running_lora_adapters) or waiting (waiting_lora_adapters) there, which are
+// in its GPU, and how many adapters it runs in one batch (max_lora).
+type AdapterActivity struct {
+	// Known is false when the engine exports no such series.
+	Known bool
+	// Active are the adapters running or waiting.
+	Active []string
+	// Max is max_lora; 0 when not given.
+	Max int
+}
+
+// has reports whether adapter is active.
+func (a AdapterActivity) has(adapter string) bool { return slices.Contains(a.Active, adapter) }
+
+// room reports whether one more adapter can become active without another
+// leaving the GPU.
+func (a AdapterActivity) room() bool { return a.Known && a.Max > 0 && len(a.Active) < a.Max }
 
 // PickerOptions tune a picker.
 type PickerOptions struct {
@@ -131,6 +157,14 @@ type Pick struct {
 // block hashes and session key, and counts the request in flight there until
 // Done. ok is false when there is no candidate.
 func (p *Picker) Pick(candidates []Endpoint, blocks []uint64, session string) (Pick, bool) {
+	return p.PickForAdapter(candidates, blocks, session, "")
+}
+
+// PickForAdapter is Pick for a request that names a LoRA adapter (none when
+// adapter is empty): without a cached prefix to follow, the candidates where
+// the adapter is active go first (ReasonAdapter), then those with room for
+// one more active adapter.
+func (p *Picker) PickForAdapter(candidates []Endpoint, blocks []uint64, session, adapter string) (Pick, bool) {
 	if len(candidates) == 0 {
 		return Pick{}, false
 	}
@@ -149,14 +183,14 @@ func (p *Picker) Pick(candidates []Endpoint, blocks []uint64, session string) (P
 	bound := max(math.Ceil(p.opts.LoadFactor*(total+1)/float64(len(byName))), float64(p.opts.MinBound))
 	under := func(name string) bool { return loads[name]+1 <= bound }
 
-	pick := p.choose(byName, blocks, session, under)
+	pick := p.choose(byName, blocks, session, adapter, under)
 	pick.HitBlocks = p.index.held(blocks, pick.Endpoint.Name)
 	p.index.add(blocks, pick.Endpoint.Name)
 	p.inFlight[pick.Endpoint.Name]++
 	return pick, true
 }
 
-func (p *Picker) choose(byName map[string]Endpoint, blocks []uint64, session string, under func(string) bool) Pick {
+func (p *Picker) choose(byName map[string]Endpoint, blocks []uint64, session, adapter string, under func(string) bool) Pick {
 	// The longest prefix this router sent before, where it went.
 	for i := len(blocks) - 1; i >= 0; i-- {
 		if name, ok := p.index.holder(blocks[i]); ok {
@@ -174,6 +208,22 @@ func (p *Picker) choose(byName map[string]Endpoint, blocks []uint64, session str
 	case session != "":
 		key, reason = xxhash.Sum64String(session), ReasonSession
 	}
+	if adapter != "" {
+		active, room := p.adapterTiers(byName, adapter, under)
+		if len(active) > 0 {
+			// Where the adapter is in the GPU: the first of them on the ring
+			// from the key (the same in every router), else the least loaded.
+			if reason != "" {
+				p.buildRing(active)
+				return Pick{Endpoint: active[p.walk(key, active)[0]], Reason: ReasonAdapter}
+			}
+			return Pick{Endpoint: active[p.leastLoaded(active)], Reason: ReasonAdapter}
+		}
+		if len(room) > 0 {
+			// Loading it there swaps no other adapter out of the GPU.
+			byName = room
+		}
+	}
 	if reason != "" {
 		p.buildRing(byName)
 		for i, name := range p.walk(key, byName) {
@@ -186,6 +236,26 @@ func (p *Picker) choose(byName map[string]Endpoint, blocks []uint64, session str
 		}
 	}
 	return Pick{Endpoint: byName[p.leastLoaded(byName)], Reason: ReasonLoad}
+}
+
+// adapterTiers are the candidates under the load bound where the adapter is
+// active in the engine, and those where it is not but one more adapter fits
+// (max_lora), by fresh engine readings.
+func (p *Picker) adapterTiers(byName map[string]Endpoint, adapter string, under func(string) bool) (active, room map[string]Endpoint) {
+	active, room = map[string]Endpoint{}, map[string]Endpoint{}
+	for name, e := range byName {
+		r, ok := p.engine[name]
+		if !ok || p.now().Sub(r.At) >= p.opts.StaleAfter || !under(name) {
+			continue
+		}
+		switch {
+		case r.Adapters.has(adapter):
+			active[name] = e
+		case r.Adapters.room():
+			room[name] = e
+		}
+	}
+	return active, room
 }
 
 // load is the request count a replica carries: the larger of what this router

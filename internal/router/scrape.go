@@ -4,8 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/autoscale"
@@ -97,7 +103,11 @@ func readEngineLoad(ctx context.Context, engineType servingv1.EngineType, url st
 	if len(wanted) == 0 {
 		return EngineLoad{}, fmt.Errorf("engine %s exports no load gauge", engineType)
 	}
-	signals, err := autoscale.Scrape(ctx, url, wanted, eng.SignalMetrics)
+	families, err := autoscale.ScrapeFamilies(ctx, url)
+	if err != nil {
+		return EngineLoad{}, err
+	}
+	signals, err := autoscale.SignalsOf(families, url, wanted, eng.SignalMetrics)
 	if err != nil {
 		return EngineLoad{}, err
 	}
@@ -105,6 +115,52 @@ func readEngineLoad(ctx context.Context, engineType servingv1.EngineType, url st
 		Waiting:      signals[servingv1.SignalQueueDepth],
 		Running:      signals[servingv1.SignalRunningRequests],
 		KVCacheUsage: signals[servingv1.SignalKVCacheUtilization],
+		Adapters:     adapterActivity(families[loraInfoMetric]),
 		At:           time.Now(),
 	}, nil
+}
+
+// loraInfoMetric is vLLM's gauge of its LoRA adapters (vllm/v1/metrics/
+// loggers.py; llm-d-inference-sim exports it too): one series per state seen,
+// labels running_lora_adapters and waiting_lora_adapters (comma-separated
+// names) and max_lora, whose value is the time it was set. Series of earlier
+// states stay, so the latest (the largest value) is the engine's state now.
+const loraInfoMetric = "vllm:lora_requests_info"
+
+// adapterActivity reads the latest series of vllm:lora_requests_info; Known
+// is false without one. Series set within the same clock tick (the simulator
+// sets whole seconds) tie, and the adapters of each count as active: one of
+// them is the state now.
+func adapterActivity(f *dto.MetricFamily) AdapterActivity {
+	if len(f.GetMetric()) == 0 {
+		return AdapterActivity{}
+	}
+	latest := math.Inf(-1)
+	for _, m := range f.GetMetric() {
+		latest = max(latest, m.GetGauge().GetValue())
+	}
+	out := AdapterActivity{Known: true}
+	for _, m := range f.GetMetric() {
+		if m.GetGauge().GetValue() == latest {
+			out.add(m)
+		}
+	}
+	slices.Sort(out.Active)
+	return out
+}
+
+// add takes one series' adapters and max_lora.
+func (out *AdapterActivity) add(m *dto.Metric) {
+	for _, l := range m.GetLabel() {
+		switch l.GetName() {
+		case "running_lora_adapters", "waiting_lora_adapters":
+			for name := range strings.SplitSeq(l.GetValue(), ",") {
+				if name = strings.TrimSpace(name); name != "" && !slices.Contains(out.Active, name) {
+					out.Active = append(out.Active, name)
+				}
+			}
+		case "max_lora":
+			out.Max, _ = strconv.Atoi(l.GetValue())
+		}
+	}
 }

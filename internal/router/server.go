@@ -425,6 +425,10 @@ func (rt *Router) route(w http.ResponseWriter, r *http.Request, obj *servingv1.A
 		}
 	}
 
+	adapterName := ""
+	if adapter != nil {
+		adapterName = adapter.Name
+	}
 	tried := map[string]bool{}
 	resent := false
 	for {
@@ -434,7 +438,7 @@ func (rt *Router) route(w http.ResponseWriter, r *http.Request, obj *servingv1.A
 				left = append(left, e)
 			}
 		}
-		pick, ok := state.picker.Pick(left, blocks, session)
+		pick, ok := state.picker.PickForAdapter(left, blocks, session, adapterName)
 		if !ok {
 			rt.metrics.answered(key, "", http.StatusBadGateway)
 			writeError(w, http.StatusBadGateway, 1, fmt.Sprintf("no serving replica of %s took the request (%d tried)", key, len(tried)))

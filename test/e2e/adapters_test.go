@@ -186,12 +186,6 @@ func adaptersReady(g Gomega, got *servingv1.AIInference) {
 // service; the same change made by a rolling restart is timed beside it; the
 // base model's requests through the Service go on throughout.
 func TestRealNodeAdaptersLoadWithoutRestart(t *testing.T) {
-	// Seen in a fresh-clone make test: the simulator, this cluster's stand-in
-	// for vLLM, exits on vLLM's --enable-lora ("unknown flag"), which real vLLM
-	// needs for adapters, so no engine with adapters starts on the real node.
-	// The agent's loads and unloads in a running simulator are tested in
-	// internal/adapteragent (TestAgentLoadsAndUnloadsAdaptersInARunningEngine).
-	t.Skip("llm-d-inference-sim v0.10.2 refuses --enable-lora: the real-node engine image needs a flag shim first (docs/adapters.md)")
 	g, store, obj := startRealNodeTest(t, 2, "adapters")
 	sql := uploadAdapter(g, store, obj, "sql-lora", 500)
 	chat := uploadAdapter(g, store, obj, "chat-lora", 510)

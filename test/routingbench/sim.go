@@ -45,6 +45,10 @@ type Profile struct {
 	KVCacheBlocks int
 	// TimeFactorUnderLoad slows a replica running MaxNumSeqs requests by this factor.
 	TimeFactorUnderLoad float64
+	// MaxLoras is --max-loras (and --max-cpu-loras): the LoRA adapters a
+	// replica runs in one batch and keeps loaded; 0 leaves the simulator's
+	// default, 1.
+	MaxLoras int
 }
 
 // H100Llama8B is a 7-8B model on one H100 (latency-profiles.md: prefill
@@ -134,6 +138,9 @@ func StartSim(t testing.TB, name string, p Profile) *Sim {
 			"--max-model-len", "32768",
 			"--time-factor-under-load", strconv.FormatFloat(max(p.TimeFactorUnderLoad, 1), 'f', -1, 64),
 		)
+		if p.MaxLoras > 0 {
+			s.cmd.Args = append(s.cmd.Args, "--max-loras", strconv.Itoa(p.MaxLoras), "--max-cpu-loras", strconv.Itoa(p.MaxLoras))
+		}
 		s.cmd.Env = append(os.Environ(), "POD_IP=127.0.0.1")
 		s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
 		if err := s.cmd.Start(); err != nil {
