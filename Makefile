@@ -82,7 +82,7 @@ REQUIRE_REAL_NODE ?= 0
 
 .PHONY: tools
 tools: ## Build (or reuse) every real binary and image the tests need (a real node's where the host can run one)
-	hack/tools/build.sh envtest cluster s3 registry images helm keda >/dev/null
+	hack/tools/build.sh envtest cluster s3 registry images helm keda lws >/dev/null
 	if [ "$(REQUIRE_REAL_NODE)" = 1 ] || hack/real-node-host.sh 2>/dev/null; then hack/tools/build.sh node traefik netpol >/dev/null; fi
 	if [ "$$(id -u)" = 0 ] || command -v promtool >/dev/null; then hack/tools/build.sh promtool >/dev/null; fi
 

@@ -151,6 +151,13 @@ func run(m *testing.M) int {
 			return 1
 		}
 	}
+	// The LeaderWorkerSet controller before the operator, which watches
+	// LeaderWorkerSets only when the cluster serves them as it starts.
+	if err := shared.cluster.StartLeaderWorkerSet(ctx, localcluster.LeaderWorkerSetOptions{RepoRoot: repoRoot}); err != nil {
+		<-built
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	if err := <-built; err != nil {
 		fmt.Fprintf(os.Stderr, "building the operator: %v\n%s", err, buildLog.String())
 		return 1

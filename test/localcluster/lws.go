@@ -17,6 +17,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -136,11 +137,17 @@ health:
 	return c.poll(ctx, "the LeaderWorkerSet webhooks", func(ctx context.Context) (bool, error) {
 		probe := &lwsv1.LeaderWorkerSet{
 			ObjectMeta: metav1.ObjectMeta{Name: "webhook-probe", Namespace: metav1.NamespaceDefault},
-			Spec: lwsv1.LeaderWorkerSetSpec{LeaderWorkerTemplate: lwsv1.LeaderWorkerTemplate{
-				WorkerTemplate: lwsPodTemplate(),
-			}},
+			Spec: lwsv1.LeaderWorkerSetSpec{
+				LeaderWorkerTemplate: lwsv1.LeaderWorkerTemplate{WorkerTemplate: lwsPodTemplate()},
+				RolloutStrategy:      lwsv1.RolloutStrategy{Type: lwsv1.RollingUpdateStrategyType},
+				StartupPolicy:        lwsv1.LeaderCreatedStartupPolicy,
+			},
 		}
-		return k8s.Create(ctx, probe, client.DryRunAll) == nil, nil
+		err := k8s.Create(ctx, probe, client.DryRunAll)
+		if apierrors.IsInvalid(err) {
+			return false, fmt.Errorf("the LeaderWorkerSet probe: %w", err) // no wait mends it
+		}
+		return err == nil, nil
 	})
 }
 

@@ -56,6 +56,15 @@ func withGroupTopology(affinity *corev1.Affinity, obj *servingv1.AIInference) *c
 		affinity.PodAffinity = &corev1.PodAffinity{
 			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{term(key)},
 		}
+		// Nothing places a group's pods together (no gang scheduling): the
+		// leaders of groups made at once, placed before their workers, would
+		// take one domain's nodes between them, leaving each worker no room
+		// beside its leader (seen with four groups on four racks of two
+		// nodes). A leader prefers a domain no other group uses.
+		otherGroups := term(key)
+		otherGroups.MatchLabelKeys, otherGroups.MismatchLabelKeys = nil, []string{lwsv1.GroupUniqueHashLabelKey}
+		affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution = []corev1.WeightedPodAffinityTerm{
+			{Weight: 100, PodAffinityTerm: otherGroups}}
 	}
 	return affinity
 }
@@ -97,11 +106,16 @@ func desiredLeaderWorkerSet(obj *servingv1.AIInference, eng engine.Engine, d *ap
 				Size:           ptr.To(obj.NodesPerReplica()),
 				RestartPolicy:  lwsv1.RecreateGroupOnPodRestart,
 			},
-			// As the Deployment: a new group serves before an old one goes.
+			// One extra group starts beside the old ones. Unlike the
+			// Deployment's, the rollout cannot keep every old group until
+			// then: LeaderWorkerSet v0.7 passes maxUnavailable to its
+			// leaders' StatefulSet, which refuses 0 ("cannot be 0", seen
+			// with the real controller), so one group may be replaced at a
+			// time (docs/multinode.md).
 			RolloutStrategy: lwsv1.RolloutStrategy{
 				Type: lwsv1.RollingUpdateStrategyType,
 				RollingUpdateConfiguration: &lwsv1.RollingUpdateConfiguration{
-					MaxUnavailable: intstr.FromInt32(0),
+					MaxUnavailable: intstr.FromInt32(1),
 					MaxSurge:       intstr.FromInt32(1),
 				},
 			},
@@ -136,7 +150,7 @@ func (r *Reconciler) reconcileLeaderWorkerSet(ctx context.Context, s *scope) err
 		return err
 	}
 	if res == applyUnchanged || res == applyUpdated {
-		s.obs.deployment = groupsAsDeployment(existing)
+		s.obs.deployment = groupsAsDeployment(existing, s.obs.pods)
 	}
 	return r.retireOtherForm(ctx, s)
 }
@@ -162,12 +176,16 @@ func (r *Reconciler) retireOtherForm(ctx context.Context, s *scope) error {
 
 // groupsAsDeployment is a LeaderWorkerSet's progress in a Deployment's terms,
 // counted in groups, which is how status counts a multi-node model's
-// replicas: a group is ready when its leader and every worker are. The
-// leader's template stands for the pods' (both carry its template hash).
-// The LeaderWorkerSet controller reports no observed generation: its counts
-// are taken as of the current spec, and observeRollout also counts the
-// serving leaders of the current template before it calls a rollout done.
-func groupsAsDeployment(lws *lwsv1.LeaderWorkerSet) *appsv1.Deployment {
+// replicas. The leader's template stands for the pods' (both carry its
+// template hash). The LeaderWorkerSet controller reports no observed
+// generation: its counts are taken as of the current spec, and observeRollout
+// also counts the serving leaders of the current template before it calls a
+// rollout done. Its ready count is not taken either: v0.7 counts a group
+// ready once its workers exist, placed or not (StatefulsetReady), which would
+// call a model Ready with a worker Pending; a group is ready here when its
+// leader serves and every worker runs ready (readyGroups).
+func groupsAsDeployment(lws *lwsv1.LeaderWorkerSet, pods []podView) *appsv1.Deployment {
+	ready := readyGroups(pods, ptr.Deref(lws.Spec.LeaderWorkerTemplate.Size, 1))
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: lws.Name, Namespace: lws.Namespace, Generation: lws.Generation,
 			OwnerReferences: lws.OwnerReferences, Annotations: lws.Annotations},
@@ -176,12 +194,45 @@ func groupsAsDeployment(lws *lwsv1.LeaderWorkerSet) *appsv1.Deployment {
 			ObservedGeneration: lws.Generation,
 			Replicas:           lws.Status.Replicas,
 			UpdatedReplicas:    lws.Status.UpdatedReplicas,
-			ReadyReplicas:      lws.Status.ReadyReplicas,
-			AvailableReplicas:  lws.Status.ReadyReplicas,
+			ReadyReplicas:      ready,
+			AvailableReplicas:  ready,
 		},
 	}
 	if t := lws.Spec.LeaderWorkerTemplate.LeaderTemplate; t != nil {
 		d.Spec.Template = *t.DeepCopy()
 	}
 	return d
+}
+
+// readyGroups counts the groups of size pods whose leader serves and whose
+// workers all run ready.
+func readyGroups(pods []podView, size int32) int32 {
+	type members struct {
+		leaderServes bool
+		readyWorkers int32
+	}
+	groups := map[string]*members{}
+	for _, p := range pods {
+		if p.Group == "" {
+			continue
+		}
+		m := groups[p.Group]
+		if m == nil {
+			m = &members{}
+			groups[p.Group] = m
+		}
+		switch {
+		case p.Role == servingv1.RoleLeader && p.Serves:
+			m.leaderServes = true
+		case p.Role == servingv1.RoleWorker && p.Ready:
+			m.readyWorkers++
+		}
+	}
+	var ready int32
+	for _, m := range groups {
+		if m.leaderServes && m.readyWorkers >= size-1 {
+			ready++
+		}
+	}
+	return ready
 }

@@ -86,6 +86,9 @@ func TestAGroupsMembersShareADomainOnDifferentNodes(t *testing.T) {
 			HaveField("TopologyKey", hostnameKey), HaveField("MatchLabelKeys", []string{lwsv1.GroupUniqueHashLabelKey}))))
 		g.Expect(a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution).To(HaveExactElements(And(
 			HaveField("TopologyKey", "example.com/rack"), HaveField("MatchLabelKeys", []string{lwsv1.GroupUniqueHashLabelKey}))))
+		g.Expect(a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution).To(HaveExactElements(HaveField("PodAffinityTerm", And(
+			HaveField("TopologyKey", "example.com/rack"), HaveField("MismatchLabelKeys", []string{lwsv1.GroupUniqueHashLabelKey})))),
+			"a leader prefers a rack no other group uses")
 		g.Expect(a.NodeAffinity).NotTo(BeNil(), "the GPU product still chooses the nodes")
 	}
 
@@ -112,16 +115,29 @@ func TestTheShapeIsPartOfTheTemplateHash(t *testing.T) {
 	g.Expect(hash(base)).NotTo(Equal(hash(otherDomain)))
 }
 
-// Status counts groups: the LeaderWorkerSet's ready groups are the model's
-// ready replicas.
+// Status counts groups, and a group is ready only when its leader serves
+// and every worker runs ready: the LeaderWorkerSet's own ready count (3
+// here) counts a group whose worker is Pending.
 func TestGroupsCountAsReplicas(t *testing.T) {
 	g := NewWithT(t)
 	lws := desiredGroups(t, multiNodeInference())
 	lws.Generation = 4
-	lws.Status = lwsv1.LeaderWorkerSetStatus{Replicas: 3, ReadyReplicas: 2, UpdatedReplicas: 3}
-	d := groupsAsDeployment(lws)
+	lws.Status = lwsv1.LeaderWorkerSetStatus{Replicas: 3, ReadyReplicas: 3, UpdatedReplicas: 3}
+	leader := func(group string, serves bool) podView {
+		return podView{Role: servingv1.RoleLeader, Group: group, Serves: serves, Ready: serves}
+	}
+	worker := func(group string, ready bool) podView {
+		return podView{Role: servingv1.RoleWorker, Group: group, Ready: ready}
+	}
+	pods := []podView{
+		leader("0", true), worker("0", true),
+		leader("1", true), worker("1", false),
+		leader("2", false), worker("2", true),
+	}
+	d := groupsAsDeployment(lws, pods)
 	g.Expect(d.Status.Replicas).To(Equal(int32(3)))
-	g.Expect(d.Status.ReadyReplicas).To(Equal(int32(2)))
+	g.Expect(d.Status.ReadyReplicas).To(Equal(int32(1)))
+	g.Expect(d.Status.AvailableReplicas).To(Equal(int32(1)))
 	g.Expect(d.Status.UpdatedReplicas).To(Equal(int32(3)))
 	g.Expect(d.Status.ObservedGeneration).To(Equal(int64(4)))
 	g.Expect(podTemplateHash(d)).To(Equal(lws.Spec.LeaderWorkerTemplate.LeaderTemplate.Annotations[servingv1.AnnotationTemplateHash]))

@@ -38,11 +38,12 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	} else if client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("reading Deployment %s: %w", s.obj.Name, err)
 	}
+	var groups *lwsv1.LeaderWorkerSet
 	if s.obj.SpansNodes() {
 		// The groups are the replicas; a Deployment left from the model's
 		// single-node form serves until they do, but is no replica of the spec.
 		s.obs.deployment = nil
-		if err := r.observeGroups(ctx, s); err != nil {
+		if groups, err = r.observeGroups(ctx, s); err != nil {
 			return err
 		}
 	}
@@ -59,25 +60,29 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) error {
 	}
 	s.obs.podsSeen = true
 	s.obs.pods = observePods(pods.Items, s.templateHash)
+	if groups != nil {
+		s.obs.deployment = groupsAsDeployment(groups, s.obs.pods)
+	}
 	r.readCrashLogs(ctx, s)
 	s.loads = assessLoads(s.obj, s.obs.pods, s.templateHash, s.now)
 	return nil
 }
 
-// observeGroups reads the LeaderWorkerSet of a model that spans nodes.
-func (r *Reconciler) observeGroups(ctx context.Context, s *scope) error {
+// observeGroups reads the LeaderWorkerSet of a model that spans nodes; nil
+// when there is none of its own.
+func (r *Reconciler) observeGroups(ctx context.Context, s *scope) (*lwsv1.LeaderWorkerSet, error) {
 	if !r.served(leaderWorkerSetKind) {
-		return nil // checkReferences reports it
+		return nil, nil // checkReferences reports it
 	}
 	lws := &lwsv1.LeaderWorkerSet{}
 	err := r.Get(ctx, client.ObjectKey{Namespace: s.obj.Namespace, Name: s.obj.GroupSetName()}, lws)
 	switch {
 	case err == nil && metav1.IsControlledBy(lws, s.obj):
-		s.obs.deployment = groupsAsDeployment(lws)
+		return lws, nil
 	case client.IgnoreNotFound(err) != nil:
-		return fmt.Errorf("reading LeaderWorkerSet %s: %w", s.obj.Name, err)
+		return nil, fmt.Errorf("reading LeaderWorkerSet %s: %w", s.obj.GroupSetName(), err)
 	}
-	return nil
+	return nil, nil
 }
 
 // readCrashLogs adds the last log line of each current crash-looping engine whose
@@ -117,6 +122,12 @@ type podView struct {
 	Serves bool
 	// IP is the pod's IP; "" until it has one.
 	IP string
+	// Role and Group are a multi-node replica's pod's role (leader or
+	// worker) and group index; "" for a single-node replica's pod.
+	Role, Group string
+	// Ready is the pod's Ready condition (a worker has no engine probe of
+	// its own: it is ready while it runs).
+	Ready bool
 	// Unschedulable is the scheduler's explanation when it cannot place the pod,
 	// and UnschedulableSince when it first said so.
 	Unschedulable      string
@@ -217,6 +228,8 @@ func observePod(pod *corev1.Pod, templateHash string) podView {
 		Scheduled: pod.Spec.NodeName != "",
 		Serves:    servingv1.PodServes(pod),
 		IP:        pod.Status.PodIP,
+		Role:      pod.Labels[servingv1.LabelRole],
+		Group:     pod.Labels[lwsv1.GroupIndexLabelKey],
 	}
 	for _, c := range pod.Status.Conditions {
 		switch {
@@ -224,6 +237,8 @@ func observePod(pod *corev1.Pod, templateHash string) podView {
 			v.Unschedulable, v.UnschedulableSince = c.Message, c.LastTransitionTime.Time
 		case c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue:
 			v.Scheduled = true
+		case c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue:
+			v.Ready = true
 		case c.Type == corev1.PodReady && c.Status == corev1.ConditionFalse:
 			v.EngineCrashLoopSince = c.LastTransitionTime.Time // until the loader's end, below
 		}

@@ -1,0 +1,173 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/test/localcluster"
+)
+
+// Replicas that span nodes, with the real LeaderWorkerSet controller (started
+// with the suite, before its operator) and the real scheduler placing the
+// groups on simulated 8-GPU nodes in two racks.
+
+// multiNodeProduct is a GPU product only this test's nodes have.
+const multiNodeProduct = "NVIDIA-H200"
+
+// rackLabel is the topology domain of the test's nodes.
+const rackLabel = "example.com/rack"
+
+func TestAReplicaOverTwoNodesIsPlacedRestartedAndScaledAsOneGroup(t *testing.T) {
+	shared.share(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns, nodes := newNamespaceWithNodes(t)
+	// Four racks of two nodes: the scheduler alone, placing each worker
+	// beside its leader on any free node, would split most groups.
+	racks := []string{"a", "b", "c", "d"}
+	for _, rack := range racks {
+		g.Expect(nodes.add(localcluster.NodePool{Name: "mn-rack-" + rack, Count: 2, GPUProduct: multiNodeProduct, GPUCount: 8,
+			CPU: resource.MustParse("96"), Memory: resource.MustParse("1Ti"), Labels: map[string]string{rackLabel: rack}})).To(Succeed())
+	}
+
+	obj := inference(ns, "big", 8, multiNodeProduct)
+	obj.Spec.GPU.Nodes, obj.Spec.GPU.TopologyKey = 2, rackLabel
+	begin := time.Now()
+	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
+	waitFor(t, g, obj, readyTimeout, beReady(1))
+	t.Logf("one replica over two nodes Ready in %.1f s", time.Since(begin).Seconds())
+	expectGroups(g, obj, 1)
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: obj.Name}, &appsv1.Deployment{})).To(
+		Satisfy(apierrors.IsNotFound), "a model that spans nodes has no Deployment")
+
+	// Scale in groups: each group takes a rack of its own.
+	update(g, obj, func(o *servingv1.AIInference) { o.Spec.Replicas = ptr.To[int32](4) })
+	waitFor(t, g, obj, readyTimeout, beReady(4))
+	groups := expectGroups(g, obj, 4)
+	var held []string
+	for _, gr := range groups {
+		held = append(held, gr.rack)
+	}
+	g.Expect(held).To(ConsistOf(racks), "each group holds one rack")
+
+	// Traffic goes to the leaders only.
+	g.Eventually(func(g Gomega) {
+		list := &discoveryv1.EndpointSliceList{}
+		g.Expect(k8s.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: obj.Name})).To(Succeed())
+		var ips []string
+		for _, s := range list.Items {
+			for _, e := range s.Endpoints {
+				ips = append(ips, e.Addresses...)
+			}
+		}
+		var leaders []string
+		for _, gr := range groups {
+			leaders = append(leaders, gr.leader.Status.PodIP)
+		}
+		g.Expect(ips).To(ConsistOf(leaders))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+
+	// A lost worker takes its whole group down and back: the leader is
+	// replaced too, and the group serves again.
+	lost := groups[0]
+	killed := time.Now()
+	g.Expect(k8s.Delete(ctx, &lost.workers[0])).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		leader := &corev1.Pod{}
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(&lost.leader), leader)
+		if err == nil {
+			g.Expect(leader.UID).NotTo(Equal(lost.leader.UID), "the group's leader was recreated with it")
+		}
+	}).WithTimeout(readyTimeout).WithPolling(100 * time.Millisecond).Should(Succeed())
+	waitFor(t, g, obj, readyTimeout, beReady(4))
+	t.Logf("a worker deleted -> its group recreated and the model Ready with 4 groups again in %.1f s", time.Since(killed).Seconds())
+	expectGroups(g, obj, 4)
+
+	// A fifth group has no room (eight nodes, two per group): status says
+	// which member waits and why.
+	update(g, obj, func(o *servingv1.AIInference) { o.Spec.Replicas = ptr.To[int32](5) })
+	waitFor(t, g, obj, readyTimeout, func(g Gomega, got *servingv1.AIInference) {
+		g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+		ready := meta.FindStatusCondition(got.Status.Conditions, servingv1.ConditionReady)
+		g.Expect(ready).NotTo(BeNil())
+		g.Expect(ready.Reason).To(Equal(servingv1.ReasonUnschedulable), ready.Message)
+		g.Expect(ready.Message).To(ContainSubstring(obj.GroupSetName()+"-4"), "names the group's pod that waits")
+		g.Expect(got.Status.ReadyReplicas).To(Equal(int32(4)), "the four groups keep serving")
+		t.Logf("the fifth group: %s: %s", ready.Reason, ready.Message)
+	})
+	update(g, obj, func(o *servingv1.AIInference) { o.Spec.Replicas = ptr.To[int32](4) })
+	waitFor(t, g, obj, readyTimeout, beReady(4))
+}
+
+// group is one replica's pods.
+type group struct {
+	leader  corev1.Pod
+	workers []corev1.Pod
+	rack    string
+}
+
+// expectGroups checks that the model's running pods are n groups of a leader
+// and one worker, on different nodes of one rack, and returns them in group
+// order.
+func expectGroups(g *WithT, obj *servingv1.AIInference, n int) []group {
+	ctx := context.Background()
+	var groups []group
+	g.Eventually(func(g Gomega) {
+		pods := &corev1.PodList{}
+		g.Expect(k8s.List(ctx, pods, client.InNamespace(obj.Namespace), client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
+		byIndex := map[string]*group{}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil {
+				continue
+			}
+			index := p.Labels[lwsv1.GroupIndexLabelKey]
+			g.Expect(index).NotTo(BeEmpty(), "pod %s has no group", p.Name)
+			if byIndex[index] == nil {
+				byIndex[index] = &group{}
+			}
+			switch p.Labels[servingv1.LabelRole] {
+			case servingv1.RoleLeader:
+				byIndex[index].leader = p
+			case servingv1.RoleWorker:
+				byIndex[index].workers = append(byIndex[index].workers, p)
+			default:
+				g.Expect(p.Labels).To(HaveKey(servingv1.LabelRole), "pod %s", p.Name)
+			}
+		}
+		g.Expect(byIndex).To(HaveLen(n))
+		groups = nil
+		for i := range n {
+			gr := byIndex[fmt.Sprint(i)]
+			g.Expect(gr).NotTo(BeNil(), "group %d", i)
+			g.Expect(gr.leader.Name).To(Equal(fmt.Sprintf("%s-%d", obj.GroupSetName(), i)))
+			g.Expect(gr.workers).To(HaveLen(1))
+			var nodes, racks []string
+			for _, p := range append([]corev1.Pod{gr.leader}, gr.workers...) {
+				g.Expect(p.Spec.NodeName).NotTo(BeEmpty(), "pod %s is not placed", p.Name)
+				node := &corev1.Node{}
+				g.Expect(k8s.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, node)).To(Succeed())
+				nodes, racks = append(nodes, node.Name), append(racks, node.Labels[rackLabel])
+			}
+			g.Expect(slices.Compact(slices.Sorted(slices.Values(nodes)))).To(HaveLen(2), "a group's members on different nodes")
+			g.Expect(slices.Compact(racks)).To(HaveLen(1), "a group's members in one rack: %v", racks)
+			gr.rack = racks[0]
+			groups = append(groups, *gr)
+		}
+	}).WithTimeout(30 * time.Second).WithPolling(250 * time.Millisecond).Should(Succeed())
+	return groups
+}
