@@ -181,6 +181,11 @@ bench-adapters: tools ## LoRA adapters on a real node: seconds from an adapter a
 	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeAdaptersLoadWithoutRestart' -count=1 -timeout 20m -v \
 		| grep -E 'adapters figure|^(--- |ok|FAIL)'
 
+.PHONY: bench-multinode
+bench-multinode: tools ## Replicas that span nodes on simulated GPU nodes with the real LeaderWorkerSet controller: apply -> Ready for 8 groups of two 8-GPU nodes beside 8 one-node replicas, and a lost worker's group back
+	MULTINODE_BENCH=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestBenchMultiNode' -count=1 -timeout 20m -v \
+		| grep -E 'multinode figure|^(--- |ok|FAIL)'
+
 .PHONY: test-netpol
 test-netpol: tools ## NetworkPolicy enforced on a real node (kube-router): an allowed client served, a denied one refused, the loader and the Gateway still through (root, cgroup v1)
 	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeNetworkPolicyIsEnforced' -count=1 -timeout 20m -v \

@@ -61,6 +61,7 @@ var externalFlags = map[string]string{
 	"max-loras":                "vLLM, llm-d-inference-sim",
 	"max-cpu-loras":            "vLLM, llm-d-inference-sim",
 	"max-lora-rank":            "vLLM",
+	"ray":                      "vLLM's multi-node-serving.sh (--ray_cluster_size, --ray_address)",
 }
 
 // externalWords are PascalCase words the docs write as code that are not the

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -170,4 +171,63 @@ func expectGroups(g *WithT, obj *servingv1.AIInference, n int) []group {
 		}
 	}).WithTimeout(30 * time.Second).WithPolling(250 * time.Millisecond).Should(Succeed())
 	return groups
+}
+
+// The figures of docs/multinode.md (make bench-multinode): seconds from apply
+// to every group Ready for N replicas over two nodes each, beside the same N
+// replicas on one node each (the operator's and LeaderWorkerSet's overhead per
+// group), on simulated nodes; and seconds from a worker deleted to its group
+// serving again.
+func TestBenchMultiNode(t *testing.T) {
+	if os.Getenv("MULTINODE_BENCH") == "" {
+		t.Skip("MULTINODE_BENCH=1 runs it (make bench-multinode)")
+	}
+	shared.own(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	const replicas = 8
+	ns, nodes := newNamespaceWithNodes(t)
+	for rack := range replicas {
+		g.Expect(nodes.add(localcluster.NodePool{Name: fmt.Sprintf("bench-rack-%d", rack), Count: 2, GPUProduct: multiNodeProduct, GPUCount: 8,
+			CPU: resource.MustParse("96"), Memory: resource.MustParse("1Ti"), Labels: map[string]string{rackLabel: fmt.Sprint(rack)}})).To(Succeed())
+	}
+	applyAndWait := func(obj *servingv1.AIInference) time.Duration {
+		begin := time.Now()
+		g.Expect(k8s.Create(ctx, obj)).To(Succeed())
+		waitFor(t, g, obj, 3*readyTimeout, beReady(replicas))
+		return time.Since(begin)
+	}
+	remove := func(obj *servingv1.AIInference) {
+		g.Expect(k8s.Delete(ctx, obj)).To(Succeed())
+		g.Eventually(func(g Gomega) {
+			pods := &corev1.PodList{}
+			g.Expect(k8s.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
+			g.Expect(pods.Items).To(BeEmpty())
+		}).WithTimeout(3 * readyTimeout).Should(Succeed())
+	}
+
+	single := inference(ns, "single", 8, multiNodeProduct)
+	single.Spec.Replicas = ptr.To[int32](replicas)
+	singleReady := applyAndWait(single)
+	remove(single)
+
+	multi := inference(ns, "multi", 8, multiNodeProduct)
+	multi.Spec.Replicas = ptr.To[int32](replicas)
+	multi.Spec.GPU.Nodes, multi.Spec.GPU.TopologyKey = 2, rackLabel
+	multiReady := applyAndWait(multi)
+	groups := expectGroups(g, multi, replicas)
+	killed := time.Now()
+	g.Expect(k8s.Delete(ctx, &groups[0].workers[0])).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		leader := &corev1.Pod{}
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(&groups[0].leader), leader)
+		g.Expect(err == nil && leader.UID == groups[0].leader.UID).To(BeFalse(), "the group was recreated")
+	}).WithTimeout(readyTimeout).WithPolling(100 * time.Millisecond).Should(Succeed())
+	waitFor(t, g, multi, readyTimeout, beReady(replicas))
+	recovered := time.Since(killed)
+
+	t.Logf("multinode figure: apply -> Ready, %d replicas of 8 GPUs on one node each (Deployment): %.1f s", replicas, singleReady.Seconds())
+	t.Logf("multinode figure: apply -> Ready, %d replicas of 2x8 GPUs on two nodes each (LeaderWorkerSet groups, one rack each): %.1f s (%.2fx)",
+		replicas, multiReady.Seconds(), multiReady.Seconds()/singleReady.Seconds())
+	t.Logf("multinode figure: a worker deleted -> its group recreated and every group Ready again: %.1f s (simulated kubelets)", recovered.Seconds())
 }
