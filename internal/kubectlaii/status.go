@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/loadspec"
@@ -84,6 +86,9 @@ type ConditionReport struct {
 // ReplicaReport is one pod of the object.
 type ReplicaReport struct {
 	Pod string `json:"pod"`
+	// Group is, for a replica that spans nodes, the pod's group and role
+	// ("0/leader", "0/worker"); empty otherwise.
+	Group string `json:"group,omitempty"`
 	// Spec is "current" for pods of the current spec, "earlier" otherwise.
 	Spec       string `json:"spec"`
 	Node       string `json:"node,omitempty"`
@@ -250,6 +255,13 @@ func statusReport(v *view, now time.Time) StatusReport {
 			rep.GPUProduct = n.Labels[servingv1.GPUProductLabel]
 		}
 		rep.Ready = servingv1.PodServes(p)
+		if role := p.Labels[servingv1.LabelRole]; role != "" {
+			rep.Group = p.Labels[lwsv1.GroupIndexLabelKey] + "/" + role
+			if role == servingv1.RoleWorker {
+				// A worker serves through its leader: ready is its pod's readiness.
+				rep.Ready = podReady(p)
+			}
+		}
 		for _, c := range p.Status.Conditions {
 			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
 				rep.Node = "(unscheduled: " + c.Reason + ")"
@@ -341,9 +353,20 @@ func writeStatus(out io.Writer, r StatusReport) {
 		fmt.Fprintln(out, "No pods.")
 	} else {
 		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "POD\tSPEC\tNODE\tGPU\tREADY\tLOADER\tWARMUP\tENGINE")
+		groups := slices.ContainsFunc(r.Replicas, func(p ReplicaReport) bool { return p.Group != "" })
+		group := func(p ReplicaReport) string {
+			if !groups {
+				return ""
+			}
+			return dash(p.Group) + "\t"
+		}
+		header := "POD\tSPEC\tNODE\tGPU\tREADY\tLOADER\tWARMUP\tENGINE"
+		if groups {
+			header = "POD\tGROUP\tSPEC\tNODE\tGPU\tREADY\tLOADER\tWARMUP\tENGINE"
+		}
+		fmt.Fprintln(tw, header)
 		for _, p := range r.Replicas {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\t%s\t%s\t%s\n", p.Pod, p.Spec, dash(p.Node), dash(p.GPUProduct), p.Ready, p.Loader, dash(p.Warmup), p.Engine)
+			fmt.Fprintf(tw, "%s\t%s%s\t%s\t%s\t%t\t%s\t%s\t%s\n", p.Pod, group(p), p.Spec, dash(p.Node), dash(p.GPUProduct), p.Ready, p.Loader, dash(p.Warmup), p.Engine)
 		}
 		_ = tw.Flush()
 	}
@@ -521,4 +544,14 @@ func writeAdapters(out io.Writer, adapters []AdapterReport) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", a.Name, dash(a.Revision), a.Source, a.ServingReplicas, dash(strings.Join(a.Pods, ",")), failure)
 	}
 	_ = tw.Flush()
+}
+
+// podReady is the pod's Ready condition.
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }

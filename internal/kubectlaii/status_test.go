@@ -5,8 +5,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/loadspec"
@@ -108,6 +110,44 @@ func TestStatusListsTheAdapters(t *testing.T) {
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// A replica that spans nodes is a group: status lists each pod's group and
+// role, and a worker is ready when its pod is (it has no server to serve).
+func TestStatusListsGroups(t *testing.T) {
+	at := metav1.NewTime(time.Date(2026, 12, 6, 8, 0, 0, 0, time.UTC))
+	obj := &servingv1.AIInference{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "big"}}
+	obj.Status.GPU = "2 nodes x 8x NVIDIA-H100-80GB-HBM3"
+	member := func(name, role string, ready bool) corev1.Pod {
+		status := corev1.ConditionFalse
+		if ready {
+			status = corev1.ConditionTrue
+		}
+		return corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{servingv1.LabelRole: role, lwsv1.GroupIndexLabelKey: "0"}},
+			Spec:       corev1.PodSpec{NodeName: name + "-node"},
+			Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}},
+				ContainerStatuses: []corev1.ContainerStatus{{Name: servingv1.EngineContainerName, Ready: ready}}},
+		}
+	}
+	v := &view{obj: obj, pods: []corev1.Pod{member("big-group-0", servingv1.RoleLeader, true), member("big-group-0-1", servingv1.RoleWorker, true)}}
+	var out strings.Builder
+	writeStatus(&out, statusReport(v, at.Time))
+	for _, want := range []string{
+		"2 nodes x 8x NVIDIA-H100-80GB-HBM3 per replica",
+		"POD            GROUP     SPEC",
+		"big-group-0    0/leader",
+		"big-group-0-1  0/worker",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
+	}
+	for _, line := range strings.Split(out.String(), "\n") {
+		if strings.HasPrefix(line, "big-group-0-1") && !strings.Contains(line, "true") {
+			t.Errorf("the ready worker is shown not ready: %q", line)
 		}
 	}
 }

@@ -590,15 +590,19 @@ func canaryVerdict(obj *servingv1.AIInference, obs observation, loads loadAssess
 
 // gpuSummary is the GPU column of `kubectl get aii`.
 func gpuSummary(gpu servingv1.GPUSpec) string {
+	nodes := ""
+	if gpu.Nodes > 1 {
+		nodes = fmt.Sprintf("%d nodes x ", gpu.Nodes)
+	}
 	switch {
 	case gpu.Count == 0:
 		return "none"
 	case len(gpu.Products) == 0:
-		return fmt.Sprintf("%dx any", gpu.Count)
+		return fmt.Sprintf("%s%dx any", nodes, gpu.Count)
 	case len(gpu.Products) == 1:
-		return fmt.Sprintf("%dx %s", gpu.Count, gpu.Products[0])
+		return fmt.Sprintf("%s%dx %s", nodes, gpu.Count, gpu.Products[0])
 	default:
-		return fmt.Sprintf("%dx %s (+%d)", gpu.Count, gpu.Products[0], len(gpu.Products)-1)
+		return fmt.Sprintf("%s%dx %s (+%d)", nodes, gpu.Count, gpu.Products[0], len(gpu.Products)-1)
 	}
 }
 
