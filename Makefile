@@ -176,6 +176,11 @@ bench-cache: tools ## The node-local model cache: a replica's start with a cold 
 	MODELCACHE_BENCH=1 LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeModelCacheColdAndWarm' -count=1 -timeout 30m -v \
 		| grep -E 'cache figure|^(--- |ok|FAIL)'
 
+.PHONY: bench-imagevolume
+bench-imagevolume: tools ## A model as an OCI image volume on a real node: a replica's start cold (the node's containerd pulls 256 MiB from a real registry) and warm (root, cgroup v1); make bench-cache gives the loader's beside it
+	IMAGEVOLUME_BENCH=1 LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeModelFromAnImageVolume' -count=1 -timeout 20m -v \
+		| grep -E 'imagevolume figure|^(--- |ok|FAIL)'
+
 .PHONY: bench-adapters
 bench-adapters: tools ## LoRA adapters on a real node: seconds from an adapter added to the spec to its first answer on the running replica, beside a rolling restart for the same change, and the base model's failed requests meanwhile (root, cgroup v1)
 	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeAdaptersLoadWithoutRestart' -count=1 -timeout 20m -v \

@@ -29,6 +29,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -85,15 +86,43 @@ type Server struct {
 	Requests, CDNBytes, Throttled atomic.Int64
 }
 
-// New starts a fake Hub with no repositories; tokens are the valid tokens.
+// New starts a fake Hub with no repositories on the loopback address; tokens
+// are the valid tokens.
 func New(tokens ...string) *Server {
+	s, err := NewAt("127.0.0.1", tokens...)
+	if err != nil {
+		panic(fmt.Sprintf("hubfake: %v", err)) // as httptest.NewServer does
+	}
+	return s
+}
+
+// NewAt starts a fake Hub with both hosts listening on host (an address of
+// the host that a real node's pods reach, rather than its loopback).
+func NewAt(host string, tokens ...string) (*Server, error) {
 	s := &Server{PageSize: 1000, repos: map[string]*Repo{}, tokens: map[string]bool{}, key: []byte(strconv.FormatInt(time.Now().UnixNano(), 10))}
 	for _, t := range tokens {
 		s.tokens[t] = true
 	}
-	s.API = httptest.NewServer(http.HandlerFunc(s.serveAPI))
-	s.CDN = httptest.NewServer(http.HandlerFunc(s.serveCDN))
-	return s
+	start := func(h http.HandlerFunc) (*httptest.Server, error) {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return nil, err
+		}
+		srv := httptest.NewUnstartedServer(h)
+		srv.Listener.Close()
+		srv.Listener = l
+		srv.Start()
+		return srv, nil
+	}
+	var err error
+	if s.API, err = start(s.serveAPI); err != nil {
+		return nil, err
+	}
+	if s.CDN, err = start(s.serveCDN); err != nil {
+		s.API.Close()
+		return nil, err
+	}
+	return s, nil
 }
 
 // Close stops both hosts.
