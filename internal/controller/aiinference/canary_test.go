@@ -324,11 +324,27 @@ func TestTheRouteSkipsATrackWithNoServingPod(t *testing.T) {
 		{"nothing serves", nil, 30},
 	}
 	for _, c := range cases {
-		if got := routedWeight(30, observation{podsSeen: true, pods: c.pods}); got != c.want {
+		if got := routedWeight(30, observation{podsSeen: true, pods: c.pods}, nil); got != c.want {
 			t.Errorf("%s: routed %d%%, want %d%%", c.name, got, c.want)
 		}
 	}
-	if got := routedWeight(30, observation{}); got != 30 {
+	if got := routedWeight(30, observation{}, nil); got != 30 {
 		t.Errorf("pods not seen: routed %d%%, want the step's 30%%", got)
+	}
+	// The Gateway reads the backends' EndpointSlices, which list a pod
+	// ready a moment after the pod is: until then its track gets no share.
+	both := observation{podsSeen: true, pods: []podView{serving(false), serving(true)}}
+	for _, c := range []struct {
+		name     string
+		backends trackEndpoints
+		want     int32
+	}{
+		{"both listed", trackEndpoints{stable: 1, canary: 1}, 30},
+		{"the new stable pod not listed yet", trackEndpoints{canary: 1}, 100},
+		{"the canary's pod not listed yet", trackEndpoints{stable: 1}, 0},
+	} {
+		if got := routedWeight(30, both, &c.backends); got != c.want {
+			t.Errorf("%s: routed %d%%, want %d%%", c.name, got, c.want)
+		}
 	}
 }

@@ -404,6 +404,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
 	return b.
 		Watches(&servingv1.AIInference{}, unansweredFirst).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToInference)).
+		// The EndpointSlices of the model's Services (made by Kubernetes with
+		// the Service's labels): a canary's route follows what they list.
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(podToInference)).
 		Complete(r)
 }
 

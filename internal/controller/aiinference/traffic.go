@@ -3,12 +3,14 @@ package aiinference
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"maps"
 	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
@@ -188,9 +190,13 @@ type apiSeen struct {
 // while no canary pod serves and all while no stable pod does. A Gateway sends
 // a backend's share whether or not it has a ready endpoint, and answers it 503
 // when it has none (Traefik does, seen on the real node): a crash, an eviction
-// or a restart of the canary's pod would cost its whole share. The step's own
-// weight and clock stay in status.rollout.
-func routedWeight(step int32, obs observation) int32 {
+// or a restart of the canary's pod would cost its whole share. A pod counts
+// once its backend Service's EndpointSlices list it ready too (backends, when
+// known): the Gateway reads those, which follow the pod's readiness a moment
+// later (a promotion under load gave a new stable pod its share while Traefik
+// still had no server for it: 79 of 1862 requests answered 503). The step's
+// own weight and clock stay in status.rollout.
+func routedWeight(step int32, obs observation, backends *trackEndpoints) int32 {
 	if !obs.podsSeen {
 		return step
 	}
@@ -203,6 +209,9 @@ func routedWeight(step int32, obs observation) int32 {
 		default:
 			stable++
 		}
+	}
+	if backends != nil {
+		canary, stable = min(canary, backends.canary), min(stable, backends.stable)
 	}
 	switch {
 	case canary == 0 && stable > 0:
@@ -223,7 +232,14 @@ func (r *Reconciler) reconcileTraffic(ctx context.Context, s *scope) error {
 	}
 	var weight int32
 	if plan := s.obs.rollout; plan.canaryActive() {
-		weight = routedWeight(plan.status.Weight, s.obs)
+		var backends *trackEndpoints
+		if gw != nil && !usesInferencePools(gw) {
+			var err error
+			if backends, err = r.readyEndpoints(ctx, obj); err != nil {
+				return err
+			}
+		}
+		weight = routedWeight(plan.status.Weight, s.obs, backends)
 	}
 	type child struct {
 		want     bool
@@ -263,4 +279,39 @@ func (r *Reconciler) reconcileTraffic(ctx context.Context, s *scope) error {
 		}
 	}
 	return nil
+}
+
+// trackEndpoints counts the ready endpoints of the two tracks' backend Services.
+type trackEndpoints struct {
+	stable, canary int32
+}
+
+// readyEndpoints reads the EndpointSlices of the stable and canary backend
+// Services (the EndpointSlice controller gives them the Service's labels, so
+// the operator's cache holds them, and a change of them starts a pass).
+func (r *Reconciler) readyEndpoints(ctx context.Context, obj *servingv1.AIInference) (*trackEndpoints, error) {
+	count := func(service string) (int32, error) {
+		slices := &discoveryv1.EndpointSliceList{}
+		if err := r.List(ctx, slices, client.InNamespace(obj.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: service}); err != nil {
+			return 0, fmt.Errorf("listing the EndpointSlices of Service %s: %w", service, err)
+		}
+		var ready int32
+		for _, slice := range slices.Items {
+			for _, e := range slice.Endpoints {
+				if ptr.Deref(e.Conditions.Ready, false) {
+					ready++
+				}
+			}
+		}
+		return ready, nil
+	}
+	var t trackEndpoints
+	var err error
+	if t.stable, err = count(obj.StableBackendName()); err != nil {
+		return nil, err
+	}
+	if t.canary, err = count(obj.CanaryBackendName()); err != nil {
+		return nil, err
+	}
+	return &t, nil
 }
