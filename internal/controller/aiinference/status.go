@@ -59,6 +59,18 @@ func observeRollout(obj *servingv1.AIInference, obs observation, templateHash st
 			ro.stableReady++
 		}
 	}
+	if obj.SpansNodes() {
+		// A replica is a group: the current ones ready are the groups of the
+		// current template whose leader serves and whose workers are all
+		// ready (a leader alone is no replica).
+		var current []podView
+		for _, p := range obs.pods {
+			if p.Current {
+				current = append(current, p)
+			}
+		}
+		ro.currentReady = readyGroups(current, obj.NodesPerReplica())
+	}
 	d := obs.deployment
 	if d == nil {
 		return ro
@@ -78,7 +90,7 @@ func observeRollout(obj *servingv1.AIInference, obs observation, templateHash st
 	ro.done = obs.canary == nil && current && !obs.childChanged && rolledOut(d, ro.desired)
 	if obj.SpansNodes() {
 		// The group counts may predate the spec (see groupsAsDeployment): the
-		// leaders of its template must serve too.
+		// groups of its template must be ready too.
 		ro.done = ro.done && ro.currentReady >= ro.desired
 	}
 	for _, c := range d.Status.Conditions {
