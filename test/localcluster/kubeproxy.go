@@ -121,7 +121,15 @@ func (c *Cluster) startKubeProxy(ctx context.Context, node RealNode) error {
 	if !first {
 		return nil
 	}
-	waitCtx, cancel := context.WithTimeout(ctx, kubeProxyLockWait)
+	// Within the start's own time: half of what is left of it at most, so that
+	// a start slowed by a loaded host goes on without kube-proxy rather than
+	// fail (seen: 1.5 min to the real node beside a running e2e suite, then
+	// the start's 3 min ran out in this wait).
+	wait := kubeProxyLockWait
+	if deadline, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(deadline)/2)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, wait)
 	lock, err := takeKubeProxyLock(waitCtx, c.progress)
 	cancel()
 	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
