@@ -247,7 +247,7 @@ func startEnv(ctx context.Context, name string, opts localcluster.Options) (*env
 		e.stop()
 		return nil, err
 	}
-	if err := testutil.InstallCRD(ctx, e.k8s, filepath.Join(repoRoot, "config", "crd", "bases", "serving.aiinference.io_aiinferences.yaml")); err != nil {
+	if err := testutil.InstallCRDs(ctx, e.k8s, filepath.Join(repoRoot, "config", "crd", "bases", "serving.aiinference.io_aiinferences.yaml")); err != nil {
 		e.stop()
 		return nil, fmt.Errorf("installing the CRD on the %s cluster: %w", name, err)
 	}

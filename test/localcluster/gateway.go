@@ -26,7 +26,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
-	"sigs.k8s.io/yaml"
+
+	"github.com/aiinference/operator/test/testutil"
 )
 
 // A Gateway API data plane for the cluster: Traefik (built by
@@ -271,7 +272,7 @@ func installGatewayCRDs(ctx context.Context, k8s client.Client, repoRoot string)
 	for _, plural := range gatewayCRDs {
 		files = append(files, filepath.Join(dir, "config", "crd", "standard", "gateway.networking.k8s.io_"+plural+".yaml"))
 	}
-	return installCRDs(ctx, k8s, files)
+	return testutil.InstallCRDs(ctx, k8s, files...)
 }
 
 // moduleDir is where the Go module that repoRoot's go.mod requires is.
@@ -283,52 +284,6 @@ func moduleDir(ctx context.Context, repoRoot, module string) (string, error) {
 		return "", fmt.Errorf("finding the %s module: %w", module, err)
 	}
 	return strings.TrimSpace(string(out)), nil
-}
-
-// installCRDs creates the CRDs of the files that the cluster lacks and waits
-// until they are established.
-func installCRDs(ctx context.Context, k8s client.Client, files []string) error {
-	var names []string
-	for _, file := range files {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			return err
-		}
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := yaml.Unmarshal(data, crd); err != nil {
-			return fmt.Errorf("reading the CRD of %s: %w", file, err)
-		}
-		if err := k8s.Create(ctx, crd); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating the CRD %s: %w", crd.Name, err)
-		}
-		names = append(names, crd.Name)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for _, name := range names {
-		for {
-			crd := &apiextensionsv1.CustomResourceDefinition{}
-			if err := k8s.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
-				return err
-			}
-			if crdEstablished(crd) {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("the CRD %s is not established after 30 s", name)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
-	return nil
-}
-
-func crdEstablished(crd *apiextensionsv1.CustomResourceDefinition) bool {
-	for _, c := range crd.Status.Conditions {
-		if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
-			return true
-		}
-	}
-	return false
 }
 
 // gatewayClusterRole is what Traefik's kubernetesGateway provider reads and

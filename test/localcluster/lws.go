@@ -25,6 +25,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
+
+	"github.com/aiinference/operator/test/testutil"
 )
 
 // The LeaderWorkerSet controller (sigs.k8s.io/lws, built from its module by
@@ -84,7 +86,7 @@ func (c *Cluster) StartLeaderWorkerSet(ctx context.Context, opts LeaderWorkerSet
 		return err
 	}
 	fmt.Fprintln(c.progress, "Installing the LeaderWorkerSet CRD")
-	if err := installCRDs(ctx, k8s, []string{filepath.Join(module, "config", "crd", "bases", "leaderworkerset.x-k8s.io_leaderworkersets.yaml")}); err != nil {
+	if err := testutil.InstallCRDs(ctx, k8s, filepath.Join(module, "config", "crd", "bases", "leaderworkerset.x-k8s.io_leaderworkersets.yaml")); err != nil {
 		return err
 	}
 

@@ -196,7 +196,7 @@ func runOne(root, bin, work string, n int) (result, error) {
 	if err != nil {
 		return r, err
 	}
-	if err := testutil.InstallCRD(ctx, k8s, filepath.Join(root, "config", "crd", "bases", "serving.aiinference.io_aiinferences.yaml")); err != nil {
+	if err := testutil.InstallCRDs(ctx, k8s, filepath.Join(root, "config", "crd", "bases", "serving.aiinference.io_aiinferences.yaml")); err != nil {
 		return r, err
 	}
 	objects := make([]*servingv1.AIInference, n)

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -95,31 +97,57 @@ func StartEnvironment(env *envtest.Environment) (*rest.Config, error) {
 	}
 }
 
-// InstallCRD creates the CRD in the generated manifest at path and waits until
-// the API server serves it.
-func InstallCRD(ctx context.Context, c client.Client, path string) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.Unmarshal(data, crd); err != nil {
-		return err
-	}
-	if err := c.Create(ctx, crd); err != nil {
-		return err
+// InstallCRDs creates the CRDs in the generated manifests at paths that the
+// cluster lacks, and waits until the API server serves them and c's REST
+// mapper maps their kinds: a CRD is Established before the discovery documents
+// list it, and a Create through c in that gap fails with "no matches for kind".
+func InstallCRDs(ctx context.Context, c client.Client, paths ...string) error {
+	var crds []*apiextensionsv1.CustomResourceDefinition
+	for _, path := range paths {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.Unmarshal(data, crd); err != nil {
+			return fmt.Errorf("reading the CRD of %s: %w", path, err)
+		}
+		if err := c.Create(ctx, crd); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating the CRD %s: %w", crd.Name, err)
+		}
+		crds = append(crds, crd)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		got := &apiextensionsv1.CustomResourceDefinition{}
-		if err := c.Get(ctx, client.ObjectKeyFromObject(crd), got); err == nil {
-			for _, cond := range got.Status.Conditions {
-				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-					return nil
-				}
+	for _, crd := range crds {
+		for !crdServed(ctx, c, crd) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the CRD %s is not established and discoverable after 30 s", crd.Name)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+func crdServed(ctx context.Context, c client.Client, crd *apiextensionsv1.CustomResourceDefinition) bool {
+	got := &apiextensionsv1.CustomResourceDefinition{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(crd), got); err != nil {
+		return false
+	}
+	established := false
+	for _, cond := range got.Status.Conditions {
+		established = established || cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue
+	}
+	if !established {
+		return false
+	}
+	kind := schema.GroupKind{Group: got.Spec.Group, Kind: got.Spec.Names.Kind}
+	for _, v := range got.Spec.Versions {
+		if v.Served {
+			if _, err := c.RESTMapper().RESTMapping(kind, v.Name); err != nil {
+				return false
 			}
 		}
-		time.Sleep(200 * time.Millisecond)
 	}
-	return fmt.Errorf("CRD %s not established after 30s", crd.Name)
+	return true
 }
