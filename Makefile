@@ -137,6 +137,10 @@ test-real-node: ## Only the tests that run pods on a real node of the local clus
 demo: ## Local GPU cluster + operator + samples, shown going Pending -> Loading -> Ready
 	hack/demo.sh
 
+.PHONY: demo-tour
+demo-tour: ## Run docs/demo.md's walkthrough (node cache, NetworkPolicy, scale to zero) on the running demo
+	hack/demo-tour.sh
+
 .PHONY: demo-down
 demo-down: ## Stop the demo's operator and local cluster
 	hack/demo.sh down

@@ -75,9 +75,10 @@ if [ "${1:-up}" = down ]; then
 	exit 0
 fi
 
-echo "==> Building the operator and the cluster command"
+echo "==> Building the operator, the cluster command and the kubectl plugin"
 go build -o bin/manager ./cmd/manager
 go build -o bin/localcluster ./cmd/localcluster
+go build -o bin/kubectl-aii ./cmd/kubectl-aii
 
 # One real node whose pods run for real, with an object store its sample loads
 # from and a Gateway (Traefik) that carries its canary's split, where the host
@@ -87,7 +88,7 @@ nodes=config/localcluster/nodepool.yaml
 store_flags=()
 if hack/real-node-host.sh; then
 	nodes=config/localcluster/demo-nodepool.yaml
-	store_flags=(--object-store-model-bytes $((256 << 20)) --gateway --network-policy)
+	store_flags=(--object-store-model-bytes $((256 << 20)) --gateway --network-policy --model-cache 1Gi)
 else
 	echo "==> No real node on this host (see above): the demo runs on simulated nodes only"
 fi
@@ -163,7 +164,7 @@ kubectl get aii -n "$namespace" -o wide
 kubectl get pods -n "$namespace" -o wide
 if [ -n "${OBJECT_STORE_ENDPOINT:-}" ]; then
 	echo
-	echo "==> tiny-real ran for real on the real node: its load, and a completion through its Service"
+	echo "==> tiny-real ran for real on the real node: its load into the node's cache, and a completion through its Service"
 	kubectl get aii tiny-real -n "$namespace" -o jsonpath='{.status.conditions[?(@.type=="ModelLoaded")].message}{"\n"}'
 	service_ip=$(kubectl get service tiny-real -n "$namespace" -o jsonpath='{.spec.clusterIP}')
 	curl -sS --max-time 10 --retry 5 --retry-all-errors --retry-delay 1 "http://$service_ip:8000/v1/completions" \
@@ -178,8 +179,9 @@ cat <<MSG
 
 The cluster and the operator keep running. To use them:
   export KUBECONFIG=$KUBECONFIG
-  export PATH=$(hack/tools/build.sh cluster):\$PATH
+  export PATH=$(hack/tools/build.sh cluster):$root/bin:\$PATH
   kubectl get aii -A
-  kubectl describe aii -n $namespace llama-chat
+  kubectl aii status -n $namespace llama-chat
+The features on the real node, step by step: docs/demo.md (make demo-tour runs it)
 To stop everything: make demo-down
 MSG

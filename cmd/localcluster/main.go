@@ -2,7 +2,7 @@
 // (etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok on
 // 127.0.0.1) that keeps running in the background.
 //
-//	localcluster up [--nodes FILE] [--kubelet-delay-scale X] [--gateway] [--network-policy] [--state-dir DIR]
+//	localcluster up [--nodes FILE] [--kubelet-delay-scale X] [--gateway] [--network-policy] [--model-cache BUDGET] [--state-dir DIR]
 //	                                                    start it (or say it is running)
 //	localcluster down [--state-dir DIR]                 stop it and remove its files
 //	localcluster status [--state-dir DIR]               show it; exit 1 if not running
@@ -89,7 +89,7 @@ func run(args []string) error {
 	case "up":
 		s, err := localcluster.Up(ctx, localcluster.UpOptions{StateDir: f.stateDir, NodesFile: f.nodes,
 			KubeletDelayScale: f.kubeletDelayScale, ObjectStoreModelBytes: f.objectStoreModelBytes, Gateway: f.gateway,
-			NetworkPolicy: f.networkPolicy, Out: os.Stderr})
+			NetworkPolicy: f.networkPolicy, ModelCacheBudget: f.modelCache, Out: os.Stderr})
 		if err != nil {
 			return err
 		}
@@ -143,6 +143,7 @@ func run(args []string) error {
 			ObjectStore:       objectStoreOptions(f),
 			Gateway:           gatewayOptions(f),
 			NetworkPolicy:     networkPolicyOptions(f),
+			ModelCache:        modelCacheOptions(f),
 		})
 	default:
 		fmt.Fprint(os.Stderr, usage)
@@ -157,6 +158,8 @@ type flags struct {
 	gateway               bool
 	networkPolicy         bool
 	networkPolicyBinDir   string
+	modelCache            string
+	modelCacheBinary      string
 	// Set by up for the detached supervisor only.
 	binDir, stageDir, realNodeBinDir, imageDir, objectStoreBinDir, gatewayBinDir, repoRoot string
 }
@@ -166,6 +169,13 @@ func networkPolicyOptions(f *flags) *localcluster.NetworkPolicyOptions {
 		return nil
 	}
 	return &localcluster.NetworkPolicyOptions{BinDir: f.networkPolicyBinDir, RepoRoot: f.repoRoot}
+}
+
+func modelCacheOptions(f *flags) *localcluster.ModelCacheOptions {
+	if f.modelCache == "" {
+		return nil
+	}
+	return &localcluster.ModelCacheOptions{Binary: f.modelCacheBinary, Budget: f.modelCache, Namespace: localcluster.ModelCacheNamespace}
 }
 
 func gatewayOptions(f *flags) *localcluster.GatewayOptions {
@@ -206,7 +216,7 @@ func printEnv(s *localcluster.State) {
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // internalFlags are left out of the usage text.
-var internalFlags = map[string]bool{"bin-dir": true, "kwok-stage-dir": true, "real-node-bin-dir": true, "image-dir": true, "object-store-bin-dir": true, "gateway-bin-dir": true, "network-policy-bin-dir": true, "repo-root": true}
+var internalFlags = map[string]bool{"bin-dir": true, "kwok-stage-dir": true, "real-node-bin-dir": true, "image-dir": true, "object-store-bin-dir": true, "gateway-bin-dir": true, "network-policy-bin-dir": true, "model-cache-binary": true, "repo-root": true}
 
 func newFlags(command string) (*flag.FlagSet, *flags) {
 	f := &flags{}
@@ -224,6 +234,8 @@ func newFlags(command string) (*flag.FlagSet, *flags) {
 	fs.StringVar(&f.gatewayBinDir, "gateway-bin-dir", "", "")
 	fs.BoolVar(&f.networkPolicy, "network-policy", false, "for up: enforce NetworkPolicies on the real nodes (kube-router's firewall on the host, docs/security.md)")
 	fs.StringVar(&f.networkPolicyBinDir, "network-policy-bin-dir", "", "")
+	fs.StringVar(&f.modelCache, "model-cache", "", "for up: run the node-local model cache (docs/model-cache.md) on the real nodes with this budget per node, e.g. 2Gi; empty: none")
+	fs.StringVar(&f.modelCacheBinary, "model-cache-binary", "", "")
 	fs.StringVar(&f.repoRoot, "repo-root", "", "")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)

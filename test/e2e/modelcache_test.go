@@ -30,9 +30,6 @@ import (
 	"github.com/aiinference/operator/test/s3test"
 )
 
-// modelCacheNamespace receives the real nodes' cache reports.
-const modelCacheNamespace = "aiinference-model-cache"
-
 var modelCache struct {
 	once  sync.Once
 	nodes []localcluster.ModelCacheNode
@@ -59,7 +56,7 @@ func startModelCache(t *testing.T) []localcluster.ModelCacheNode {
 		if os.Getenv(modelCacheBenchEnv) == "1" {
 			budget = "8Gi"
 		}
-		modelCache.nodes, modelCache.err = cluster.StartModelCache(ctx, localcluster.ModelCacheOptions{Binary: bin, Budget: budget, Namespace: modelCacheNamespace})
+		modelCache.nodes, modelCache.err = cluster.StartModelCache(ctx, localcluster.ModelCacheOptions{Binary: bin, Budget: budget, Namespace: localcluster.ModelCacheNamespace})
 	})
 	if modelCache.err != nil {
 		t.Fatalf("starting the node cache: %v", modelCache.err)
@@ -104,7 +101,7 @@ func cacheEvents(g Gomega, ns string) map[string]int {
 // nodeReport is a node's report of its copies.
 func nodeReport(g Gomega, node string) nodecachespec.Report {
 	cm := &corev1.ConfigMap{}
-	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: modelCacheNamespace, Name: "model-cache-" + node}, cm)).To(Succeed())
+	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: localcluster.ModelCacheNamespace, Name: "model-cache-" + node}, cm)).To(Succeed())
 	var r nodecachespec.Report
 	g.Expect(json.Unmarshal([]byte(cm.Data[nodecachespec.StateKey]), &r)).To(Succeed())
 	return r

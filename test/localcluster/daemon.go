@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -141,6 +142,9 @@ type UpOptions struct {
 	// NetworkPolicy enforces NetworkPolicies on the real nodes
 	// (StartNetworkPolicy: kube-router's firewall on the host).
 	NetworkPolicy bool
+	// ModelCacheBudget, when set, runs the node-local model cache's plugin on
+	// the real nodes with this budget per node, a quantity (StartModelCache).
+	ModelCacheBudget string
 	// RepoRoot is the repository checkout; empty: found from the working directory.
 	RepoRoot string
 	// Timeout bounds the wait for the cluster once the binaries are built. Zero: 5 minutes.
@@ -205,6 +209,9 @@ func Up(ctx context.Context, opts UpOptions) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.ModelCacheBudget != "" && real.BinDir == "" {
+		return nil, errors.New("--model-cache runs on real nodes, and the node pool has none (a pool with real: true, as config/localcluster/demo-nodepool.yaml)")
+	}
 
 	exe, err := os.Executable()
 	if err != nil {
@@ -245,6 +252,19 @@ func Up(ctx context.Context, opts UpOptions) (*State, error) {
 			return nil, err
 		}
 		args = append(args, "--network-policy", "--network-policy-bin-dir", dir, "--repo-root", root)
+	}
+	if opts.ModelCacheBudget != "" {
+		if _, err := resource.ParseQuantity(opts.ModelCacheBudget); err != nil {
+			return nil, fmt.Errorf("--model-cache %q is not a quantity of bytes (for example 2Gi): %w", opts.ModelCacheBudget, err)
+		}
+		fmt.Fprintln(out, "Building the node cache's plugin (model-loader) for the host")
+		binary := filepath.Join(opts.StateDir, "bin", "model-loader")
+		build := exec.CommandContext(ctx, "go", "build", "-o", binary, "./cmd/model-loader")
+		build.Dir = root
+		if output, err := build.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("building the model loader: %w: %s", err, output)
+		}
+		args = append(args, "--model-cache", opts.ModelCacheBudget, "--model-cache-binary", binary)
 	}
 	logPath := filepath.Join(opts.StateDir, supervisorLogFile)
 	logFile, err := os.Create(logPath)
@@ -363,6 +383,9 @@ type SupervisorOptions struct {
 	// NetworkPolicy, when set, starts the real nodes' NetworkPolicy
 	// enforcement with these options.
 	NetworkPolicy *NetworkPolicyOptions
+	// ModelCache, when set, starts the node-local model cache on the real
+	// nodes with these options.
+	ModelCache *ModelCacheOptions
 }
 
 // RunSupervisor runs a cluster until SIGTERM or SIGINT, recording it in the
@@ -408,6 +431,12 @@ func RunSupervisor(opts SupervisorOptions) error {
 		if _, err := c.StartNetworkPolicy(ctx, *opts.NetworkPolicy); err != nil {
 			return err
 		}
+	}
+	if opts.ModelCache != nil {
+		if _, err := c.StartModelCache(ctx, *opts.ModelCache); err != nil {
+			return err
+		}
+		state.Processes = c.Processes()
 	}
 	if host := c.RealNodeHost(); len(host.Nodes) > 0 {
 		state.RealNodeHost = &host

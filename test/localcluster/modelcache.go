@@ -25,6 +25,10 @@ import (
 // it in its plugin registration folder and calls it to mount the pods' cache
 // volumes.
 
+// ModelCacheNamespace is where `localcluster up --model-cache` puts the nodes'
+// report ConfigMaps, as the chart puts them in the operator's namespace.
+const ModelCacheNamespace = "aiinference-model-cache"
+
 // ModelCacheOptions configure StartModelCache.
 type ModelCacheOptions struct {
 	// Binary is the model loader built for the host.
