@@ -36,10 +36,15 @@ func TestSamplesAreValid(t *testing.T) {
 	}
 	// The demo's real-node samples too, with the values make demo fills in.
 	files = append(files, filepath.Join(root, "config", "localcluster", "demo-real-node.yaml"))
-	demoValues := map[string]string{"OBJECT_STORE_MODEL_BYTES": "268435456", "OBJECT_STORE_BUCKET": "models",
-		"OBJECT_STORE_MODEL_PREFIX": "tiny/", "OBJECT_STORE_ENDPOINT": "http://192.0.2.1:9000",
+	demoValues := map[string]string{
+		"OBJECT_STORE_MODEL_BYTES":  "268435456",
+		"OBJECT_STORE_BUCKET":       "models",
+		"OBJECT_STORE_MODEL_PREFIX": "tiny/",
+		"OBJECT_STORE_ENDPOINT":     "http://192.0.2.1:9000",
 		"IMAGE_LLM_D_INFERENCE_SIM": "localcluster.local/llm-d-inference-sim:0123456789abcdef",
-		"GATEWAY_NAME":              "traefik", "GATEWAY_NAMESPACE": "localcluster-gateway"}
+		"GATEWAY_NAME":              "traefik",
+		"GATEWAY_NAMESPACE":         "localcluster-gateway",
+	}
 	byName := map[string]any{}
 	for _, file := range files {
 		data, err := os.ReadFile(file)
