@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 )
@@ -150,11 +151,13 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	return root
 }
 
-// scheme knows the built-in types and the AIInference API.
+// scheme knows the built-in types, the AIInference API and the
+// LeaderWorkerSets of models that span nodes.
 func scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(s))
 	utilruntime.Must(servingv1.AddToScheme(s))
+	utilruntime.Must(lwsv1.AddToScheme(s))
 	return s
 }
 

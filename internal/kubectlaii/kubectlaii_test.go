@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -21,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/reasons"
@@ -47,7 +50,13 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer func() { _ = env.Stop() }()
-	if k8s, err = client.New(cfg, client.Options{Scheme: scheme()}); err != nil {
+	// The plugin's scheme, and CRDs for the tests that install one.
+	testScheme := scheme()
+	if err := apiextensionsv1.AddToScheme(testScheme); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if k8s, err = client.New(cfg, client.Options{Scheme: testScheme}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -161,6 +170,27 @@ func inference(ns, name string) *servingv1.AIInference {
 // its Deployment of template hash "h1", and its pods with the given statuses.
 func setup(t *testing.T, obj *servingv1.AIInference, status servingv1.AIInferenceStatus, pods ...*corev1.Pod) {
 	t.Helper()
+	createWithStatus(t, obj, status)
+	labels := map[string]string{servingv1.LabelInference: obj.Name}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: obj.Namespace, Name: obj.Name, Labels: labels},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{servingv1.AnnotationTemplateHash: "h1"}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "engine", Image: "vllm"}}},
+		}},
+	}
+	must(t, ctrlRef(obj, d))
+	must(t, k8s.Create(context.Background(), d))
+	for _, p := range pods {
+		p.Labels = labels
+		createPod(t, obj, p)
+	}
+}
+
+// createWithStatus creates the AIInference with the status the operator would
+// have written.
+func createWithStatus(t *testing.T, obj *servingv1.AIInference, status servingv1.AIInferenceStatus) {
+	t.Helper()
 	ctx := context.Background()
 	must(t, k8s.Create(ctx, obj))
 	status.ObservedGeneration = obj.Generation
@@ -172,30 +202,23 @@ func setup(t *testing.T, obj *servingv1.AIInference, status servingv1.AIInferenc
 	}
 	obj.Status = status
 	must(t, k8s.Status().Update(ctx, obj))
-	labels := map[string]string{servingv1.LabelInference: obj.Name}
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: obj.Namespace, Name: obj.Name, Labels: labels},
-		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: corev1.PodTemplateSpec{
-			ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{servingv1.AnnotationTemplateHash: "h1"}},
-			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "engine", Image: "vllm"}}},
-		}},
+}
+
+// createPod creates a pod of obj's template hash "h1" with its status.
+func createPod(t *testing.T, obj *servingv1.AIInference, p *corev1.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	st := p.Status
+	p.Namespace = obj.Namespace
+	p.Annotations = map[string]string{servingv1.AnnotationTemplateHash: "h1"}
+	if len(p.Spec.Containers) == 0 {
+		p.Spec.Containers = []corev1.Container{{Name: "engine", Image: "vllm", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{servingv1.GPUResource: resource.MustParse("2")}, Limits: corev1.ResourceList{servingv1.GPUResource: resource.MustParse("2")}}}}
+		p.Spec.InitContainers = []corev1.Container{{Name: "model-loader", Image: "loader"}}
 	}
-	must(t, ctrlRef(obj, d))
-	must(t, k8s.Create(ctx, d))
-	for _, p := range pods {
-		st := p.Status
-		p.Namespace = obj.Namespace
-		p.Labels = labels
-		p.Annotations = map[string]string{servingv1.AnnotationTemplateHash: "h1"}
-		if len(p.Spec.Containers) == 0 {
-			p.Spec.Containers = []corev1.Container{{Name: "engine", Image: "vllm", Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{servingv1.GPUResource: resource.MustParse("2")}, Limits: corev1.ResourceList{servingv1.GPUResource: resource.MustParse("2")}}}}
-			p.Spec.InitContainers = []corev1.Container{{Name: "model-loader", Image: "loader"}}
-		}
-		must(t, k8s.Create(ctx, p))
-		p.Status = st
-		must(t, k8s.Status().Update(ctx, p))
-	}
+	must(t, k8s.Create(ctx, p))
+	p.Status = st
+	must(t, k8s.Status().Update(ctx, p))
 }
 
 func ctrlRef(owner *servingv1.AIInference, obj client.Object) error {
@@ -357,4 +380,54 @@ func TestCanaryRollout(t *testing.T) {
 		"ttft", "0.21", "0.8", "412", "CanaryStarted")
 	expectAll(t, aii(t, "trace", "llm", "-n", ns), "status.rollout", "CanaryStarted", "revision b2, step 1, canary weight 0%")
 	expectAll(t, aii(t, "why", "llm", "-n", ns), "reason CanaryProgressing")
+}
+
+// TestWhyNamesTheMemberThatBlocksAGroup: for a replica that spans nodes, why
+// shows the LeaderWorkerSet, the group and its member that keeps it from
+// serving, and never a ready worker (a worker never serves itself).
+func TestWhyNamesTheMemberThatBlocksAGroup(t *testing.T) {
+	ctx := context.Background()
+	module, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/lws").Output()
+	must(t, err)
+	must(t, testutil.InstallCRDs(ctx, k8s, filepath.Join(strings.TrimSpace(string(module)), "config", "crd", "bases", "leaderworkerset.x-k8s.io_leaderworkersets.yaml")))
+	ns := namespace(t, "aii-groups")
+	obj := inference(ns, "big")
+	obj.Spec.GPU = servingv1.GPUSpec{Count: 8, Nodes: 2, Products: []string{"NVIDIA-H100-80GB-HBM3"}}
+	createWithStatus(t, obj, servingv1.AIInferenceStatus{Phase: servingv1.PhaseLoading, Ready: "1/2", ReadyReplicas: 1,
+		Conditions: ready(servingv1.ReasonLoading, "1 of 2 replicas run the current spec and are ready")})
+	template := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "engine", Image: "vllm"}}}}
+	groups := &lwsv1.LeaderWorkerSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: obj.GroupSetName()},
+		Spec: lwsv1.LeaderWorkerSetSpec{Replicas: ptr.To[int32](2), StartupPolicy: lwsv1.LeaderCreatedStartupPolicy,
+			RolloutStrategy: lwsv1.RolloutStrategy{Type: lwsv1.RollingUpdateStrategyType}, LeaderWorkerTemplate: lwsv1.LeaderWorkerTemplate{
+			Size: ptr.To[int32](2), LeaderTemplate: template.DeepCopy(), WorkerTemplate: template}}}
+	must(t, ctrlRef(obj, groups))
+	must(t, k8s.Create(ctx, groups))
+
+	running := func(ready bool) corev1.PodStatus {
+		cond := corev1.ConditionFalse
+		if ready {
+			cond = corev1.ConditionTrue
+		}
+		return corev1.PodStatus{Phase: corev1.PodRunning,
+			Conditions:        []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}, {Type: corev1.PodReady, Status: cond}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: servingv1.EngineContainerName, Ready: ready}}}
+	}
+	member := func(group, role, name string, status corev1.PodStatus) {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{servingv1.LabelInference: obj.Name,
+			servingv1.LabelRole: role, lwsv1.GroupIndexLabelKey: group}}, Spec: corev1.PodSpec{NodeName: name + "-node"}, Status: status}
+		createPod(t, obj, p)
+	}
+	// Group 0 serves: its ready worker is made first, and blocks nothing.
+	member("0", servingv1.RoleWorker, "big-group-0-1", running(true))
+	member("0", servingv1.RoleLeader, "big-group-0", running(true))
+	member("1", servingv1.RoleLeader, "big-group-1", running(false))
+	member("1", servingv1.RoleWorker, "big-group-1-1", running(true))
+
+	out := aii(t, "why", "big", "-n", ns)
+	expectAll(t, out, "LeaderWorkerSet big-group: 2 groups of 2 pods (a leader and 1 worker(s), each on its own node), 1 ready",
+		"Group 1: leader big-group-1 does not serve yet; 1 of 1 worker(s) ready (1 made); big-group-1 blocks it",
+		"Pod big-group-1: Running, on node big-group-1-node")
+	if strings.Contains(out, "big-group-0-1") {
+		t.Errorf("why names group 0's ready worker")
+	}
 }

@@ -155,8 +155,10 @@ type view struct {
 	progress   map[string]*loadspec.Progress
 	obj        *servingv1.AIInference
 	deployment *appsv1.Deployment
-	pods       []corev1.Pod
-	nodes      map[string]*corev1.Node
+	// groups is the LeaderWorkerSet of a model whose replica spans nodes.
+	groups *lwsv1.LeaderWorkerSet
+	pods   []corev1.Pod
+	nodes  map[string]*corev1.Node
 	// reports are the nodes' model cache reports, read for a model on the
 	// node cache; reportsErr says why they could not be.
 	reports    []nodecachespec.Report
@@ -172,6 +174,12 @@ func (e *env) load(name string) (*view, error) {
 	d := &appsv1.Deployment{}
 	if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: obj.Namespace, Name: obj.Name}, d); err == nil && metav1.IsControlledBy(d, obj) {
 		v.deployment = d
+	}
+	if obj.SpansNodes() {
+		groups := &lwsv1.LeaderWorkerSet{}
+		if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: obj.Namespace, Name: obj.GroupSetName()}, groups); err == nil && metav1.IsControlledBy(groups, obj) {
+			v.groups = groups
+		}
 	}
 	pods := &corev1.PodList{}
 	if err := e.c.List(e.ctx, pods, client.InNamespace(obj.Namespace), client.MatchingLabels{servingv1.LabelInference: obj.Name}); err != nil {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/controller/aiinference"
@@ -246,12 +247,15 @@ func (e *env) podLinks(v *view, r *WhyReport, reason string) error {
 	pod := v.blockingPod(reason)
 	if pod == nil {
 		if len(v.pods) == 0 {
-			r.Chain = append(r.Chain, Link{"Deployment", v.obj.Name, deploymentSummary(v.deployment)})
+			r.Chain = append(r.Chain, v.workloadLink())
 		}
 		return nil
 	}
-	if v.deployment != nil {
-		r.Chain = append(r.Chain, Link{"Deployment", v.deployment.Name, deploymentSummary(v.deployment)})
+	if v.deployment != nil || v.groups != nil {
+		r.Chain = append(r.Chain, v.workloadLink())
+	}
+	if v.groups != nil {
+		r.Chain = append(r.Chain, v.groupLink(pod))
 	}
 	r.Chain = append(r.Chain, podLink(v, pod))
 	now := time.Now()
@@ -306,17 +310,78 @@ func (v *view) blockingPod(reason string) *corev1.Pod {
 	}
 	for i := range v.pods {
 		p := &v.pods[i]
-		if v.current(p) && !servingv1.PodServes(p) && strings.Contains(v.readyMessage(), p.Name) {
+		if v.current(p) && blocks(p) && strings.Contains(v.readyMessage(), p.Name) {
 			return p
 		}
 	}
 	for i := range v.pods {
 		p := &v.pods[i]
-		if v.current(p) && !servingv1.PodServes(p) {
+		if v.current(p) && blocks(p) {
 			return p
 		}
 	}
 	return nil
+}
+
+// blocks is true for a pod that keeps its replica from serving: one that does
+// not serve, or a multi-node replica's worker that is not ready (a worker
+// never serves itself: its leader does).
+func blocks(p *corev1.Pod) bool {
+	if p.Labels[servingv1.LabelRole] == servingv1.RoleWorker {
+		return !podReady(p)
+	}
+	return !servingv1.PodServes(p)
+}
+
+// workloadLink is the replicas' workload: the Deployment, or for a replica
+// that spans nodes the LeaderWorkerSet whose groups are the replicas.
+func (v *view) workloadLink() Link {
+	if g := v.groups; g != nil {
+		size := ptrOr(g.Spec.LeaderWorkerTemplate.Size)
+		return Link{"LeaderWorkerSet", g.Name, fmt.Sprintf("%d groups of %d pods (a leader and %d worker(s), each on its own node), %d ready",
+			ptrOr(g.Spec.Replicas), size, size-1, v.obj.Status.ReadyReplicas)}
+	}
+	if v.obj.SpansNodes() {
+		return Link{"LeaderWorkerSet", v.obj.GroupSetName(), "not created yet"}
+	}
+	name := v.obj.Name
+	if v.deployment != nil {
+		name = v.deployment.Name
+	}
+	return Link{"Deployment", name, deploymentSummary(v.deployment)}
+}
+
+// groupLink is the group of a multi-node replica's pod: its members and which
+// of them serve or run ready.
+func (v *view) groupLink(pod *corev1.Pod) Link {
+	index := pod.Labels[lwsv1.GroupIndexLabelKey]
+	var leader string
+	var workers, readyWorkers int
+	for i := range v.pods {
+		p := &v.pods[i]
+		if p.Labels[lwsv1.GroupIndexLabelKey] != index || p.DeletionTimestamp != nil {
+			continue
+		}
+		if p.Labels[servingv1.LabelRole] == servingv1.RoleWorker {
+			workers++
+			if podReady(p) {
+				readyWorkers++
+			}
+			continue
+		}
+		leader = fmt.Sprintf("leader %s does not serve yet", p.Name)
+		if servingv1.PodServes(p) {
+			leader = fmt.Sprintf("leader %s serves", p.Name)
+		}
+	}
+	if leader == "" {
+		leader = "no leader pod"
+	}
+	want := 0
+	if v.groups != nil {
+		want = int(ptrOr(v.groups.Spec.LeaderWorkerTemplate.Size)) - 1
+	}
+	return Link{"Group", index, fmt.Sprintf("%s; %d of %d worker(s) ready (%d made); %s blocks it", leader, readyWorkers, want, workers, pod.Name)}
 }
 
 func (v *view) readyMessage() string {
