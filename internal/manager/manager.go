@@ -135,7 +135,7 @@ func cachedChildren(cfg *rest.Config, managed cache.ByObject) map[client.Object]
 		&corev1.Service{}:               managed,
 		&corev1.PersistentVolumeClaim{}: managed,
 		&appsv1.Deployment{}:            managed,
-		&discoveryv1.EndpointSlice{}:    managed,
+		&discoveryv1.EndpointSlice{}:    {Label: managed.Label, Transform: modelSliceOnly},
 		&networkingv1.NetworkPolicy{}:   managed,
 	}
 	served := func(groupVersion, resource string) bool {

@@ -10,8 +10,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
 )
 
 // defaultGCPercent is the operator's GOGC unless the environment sets one: the
@@ -102,4 +105,35 @@ func stripForCache(obj any) (any, error) {
 		d.Spec.Template.Spec = corev1.PodSpec{}
 	}
 	return obj, nil
+}
+
+// modelSliceOnly is the transform of the cached EndpointSlices. Those the
+// EndpointSlice controller makes for the models' Services (they carry the
+// Service's labels, so the cache holds them: one or more per model) are read
+// only to count a canary track's ready endpoints and to map a change to its
+// model, so of them the cache keeps the labels that select and map them and
+// each endpoint's address and conditions. The operator's own slices (the
+// activator's and the router's) stay whole: their spec-hash annotation decides
+// whether to apply them again.
+func modelSliceOnly(obj any) (any, error) {
+	obj, err := stripForCache(obj)
+	if err != nil {
+		return obj, err
+	}
+	slice, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok || slice.Labels[discoveryv1.LabelManagedBy] == servingv1.ManagedByValue {
+		return obj, nil
+	}
+	kept := map[string]string{}
+	for _, key := range []string{discoveryv1.LabelServiceName, servingv1.LabelInference, servingv1.LabelManagedBy} {
+		if v, ok := slice.Labels[key]; ok {
+			kept[key] = v
+		}
+	}
+	slice.Labels, slice.Annotations, slice.OwnerReferences, slice.GenerateName = kept, nil, nil, ""
+	for i, e := range slice.Endpoints {
+		slice.Endpoints[i] = discoveryv1.Endpoint{Addresses: e.Addresses, Conditions: e.Conditions}
+	}
+	slice.Ports = nil
+	return slice, nil
 }

@@ -1,11 +1,14 @@
 package manager
 
 import (
+	"reflect"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 )
@@ -63,5 +66,37 @@ func TestStripForCache(t *testing.T) {
 	got, err = stripForCache(d)
 	if kept := got.(*appsv1.Deployment).Spec.Template; err != nil || len(kept.Spec.Containers) != 0 || kept.Annotations["serving.aiinference.io/template-hash"] != "abc" {
 		t.Errorf("stripForCache(Deployment) template = %+v, %v", kept, err)
+	}
+}
+
+func TestModelSliceOnly(t *testing.T) {
+	endpoint := discoveryv1.Endpoint{Addresses: []string{"10.0.0.7"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+		NodeName: ptr.To("gpu-0"), TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "team", Name: "chat-7d9f-abcde"}}
+	labels := map[string]string{discoveryv1.LabelServiceName: "chat-stable", servingv1.LabelInference: "chat",
+		servingv1.LabelManagedBy: servingv1.ManagedByValue, "app.kubernetes.io/name": "aiinference",
+		discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}
+	kubeMade := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "chat-stable-x1", GenerateName: "chat-stable-",
+		Labels: labels, Annotations: map[string]string{"endpoints.kubernetes.io/last-change-trigger-time": "2026-12-06T21:00:00Z"},
+		OwnerReferences: []metav1.OwnerReference{{Kind: "Service", Name: "chat-stable"}}},
+		Endpoints: []discoveryv1.Endpoint{endpoint}, Ports: []discoveryv1.EndpointPort{{Port: ptr.To[int32](8000)}}}
+	got, err := modelSliceOnly(kubeMade)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slice := got.(*discoveryv1.EndpointSlice)
+	want := []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.7"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}}
+	if !reflect.DeepEqual(slice.Endpoints, want) || slice.Annotations != nil || slice.OwnerReferences != nil || slice.Ports != nil || len(slice.Labels) != 3 ||
+		slice.Labels[discoveryv1.LabelServiceName] != "chat-stable" || slice.Labels[servingv1.LabelInference] != "chat" {
+		t.Errorf("a Kubernetes-made slice kept %+v", slice)
+	}
+
+	// The operator's own slices keep their spec hash and ports.
+	own := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "chat-activator",
+		Labels:      map[string]string{discoveryv1.LabelManagedBy: servingv1.ManagedByValue, discoveryv1.LabelServiceName: "chat"},
+		Annotations: map[string]string{servingv1.AnnotationSpecHash: "abc"}},
+		Endpoints: []discoveryv1.Endpoint{endpoint}, Ports: []discoveryv1.EndpointPort{{Port: ptr.To[int32](8095)}}}
+	got, _ = modelSliceOnly(own.DeepCopy())
+	if !reflect.DeepEqual(got, own) {
+		t.Errorf("the operator's slice changed: %+v", got)
 	}
 }
