@@ -61,6 +61,11 @@ var objectFamilies = []*objectFamily{
 	{name: "aiinference_replicas_ready", kind: "gauge",
 		help:   "Ready replicas of the AIInference, of the current spec or an earlier one (they serve traffic).",
 		series: one(func(mem *objectMemory) float64 { return float64(mem.ready) })},
+	// A replica that spans nodes is a group of pods, counted once: ready when its
+	// leader serves and every worker runs.
+	{name: "aiinference_replica_nodes", kind: "gauge",
+		help:   "Nodes one replica of the AIInference spans (spec.gpu.nodes): above 1, each replica counted here is a group of that many pods, a leader and workers.",
+		series: one(func(mem *objectMemory) float64 { return float64(mem.nodesPerReplica) })},
 	{name: "aiinference_replicas_updated", kind: "gauge",
 		help:   "Replicas of the AIInference that run its current spec.",
 		series: one(func(mem *objectMemory) float64 { return float64(mem.updated) })},
@@ -214,6 +219,7 @@ type objectMemory struct {
 	hasLoad     bool
 
 	desired, ready, updated int32
+	nodesPerReplica         int32
 	loadingTimeout          time.Duration
 
 	// The autoscaler's bounds (autoscaleMax 0: no spec.autoscaling), whether it
@@ -292,6 +298,7 @@ func (m *statusMetrics) record(obj *servingv1.AIInference, before, after *servin
 		mem.readyReason = c.Reason
 	}
 	mem.desired, mem.ready, mem.updated = obj.DesiredReplicas(), after.ReadyReplicas, after.UpdatedReplicas
+	mem.nodesPerReplica = obj.NodesPerReplica()
 	mem.autoscaleMin, mem.autoscaleMax, mem.scalingActive = 0, 0, false
 	if a := obj.Spec.Autoscaling; a != nil {
 		mem.autoscaleMin, mem.autoscaleMax = a.Min(), a.MaxReplicas

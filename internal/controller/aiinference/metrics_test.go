@@ -60,6 +60,7 @@ func TestStatusMetrics(t *testing.T) {
 		`aiinference_phase_transition_timestamp_seconds{name="llm",namespace="metrics-ns"} ` + strconv.FormatFloat(float64(now.Unix()), 'g', -1, 64),
 		`aiinference_replicas_ready{name="llm",namespace="metrics-ns"} 2`,
 		`aiinference_replicas_desired{name="llm",namespace="metrics-ns"} 2`,
+		`aiinference_replica_nodes{name="llm",namespace="metrics-ns"} 1`,
 		`aiinference_load_retries_total{name="llm",namespace="metrics-ns"} 1`,
 		`aiinference_failures_total{name="llm",namespace="metrics-ns",reason="TransientError"} 1`,
 		`aiinference_failures_total{name="llm",namespace="metrics-ns",reason="RetryingLoad"} 1`,
