@@ -69,6 +69,17 @@ canary_split() {
 	kubectl get aii tiny-real -n "$namespace"
 }
 
+# apply_real_node_sample applies a sample for the real node with the values of
+# the cluster (localcluster env) in place of its ${VARIABLES}.
+apply_real_node_sample() {
+	local sample var
+	sample=$(cat "$1")
+	for var in OBJECT_STORE_MODEL_BYTES OBJECT_STORE_BUCKET OBJECT_STORE_MODEL_PREFIX OBJECT_STORE_ENDPOINT IMAGE_LLM_D_INFERENCE_SIM GATEWAY_NAME GATEWAY_NAMESPACE; do
+		sample=${sample//"\${$var}"/${!var}}
+	done
+	echo "$sample" | kubectl apply -n "$namespace" -f -
+}
+
 if [ "${1:-up}" = down ]; then
 	stop_operator
 	go run ./cmd/localcluster down --state-dir "$state_dir"
@@ -134,11 +145,7 @@ if [ -n "${OBJECT_STORE_ENDPOINT:-}" ]; then
 	kubectl create secret generic model-store-credentials -n "$namespace" --dry-run=client -o yaml \
 		--from-literal=AWS_ACCESS_KEY_ID="$OBJECT_STORE_AWS_ACCESS_KEY_ID" \
 		--from-literal=AWS_SECRET_ACCESS_KEY="$OBJECT_STORE_AWS_SECRET_ACCESS_KEY" | kubectl apply -f - >/dev/null
-	sample=$(cat config/localcluster/demo-real-node.yaml)
-	for var in OBJECT_STORE_MODEL_BYTES OBJECT_STORE_BUCKET OBJECT_STORE_MODEL_PREFIX OBJECT_STORE_ENDPOINT IMAGE_LLM_D_INFERENCE_SIM GATEWAY_NAME GATEWAY_NAMESPACE; do
-		sample=${sample//"\${$var}"/${!var}}
-	done
-	echo "$sample" | kubectl apply -n "$namespace" -f -
+	apply_real_node_sample config/localcluster/demo-real-node.yaml
 fi
 
 echo "==> Watching them (kubectl get aii -n $namespace)"
@@ -173,6 +180,14 @@ if [ -n "${OBJECT_STORE_ENDPOINT:-}" ]; then
 fi
 if [ -n "${OBJECT_STORE_ENDPOINT:-}" ] && [ -n "${GATEWAY_URL:-}" ]; then
 	canary_split
+fi
+if [ -n "${OBJECT_STORE_ENDPOINT:-}" ]; then
+	echo
+	echo "==> tiny-zero: the same model on the real node, which goes to zero after a minute idle (docs/demo.md)"
+	apply_real_node_sample config/localcluster/demo-scale-to-zero.yaml
+	kubectl wait aii/tiny-zero -n "$namespace" --for=condition=Ready --timeout=3m >/dev/null
+	kubectl get aii tiny-zero -n "$namespace"
+	kubectl get aii tiny-zero -n "$namespace" -o jsonpath='{.status.conditions[?(@.type=="ModelLoaded")].message}{"\n"}'
 fi
 
 cat <<MSG

@@ -35,7 +35,11 @@ func TestSamplesAreValid(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The demo's real-node samples too, with the values make demo fills in.
-	files = append(files, filepath.Join(root, "config", "localcluster", "demo-real-node.yaml"))
+	demoFiles, err := filepath.Glob(filepath.Join(root, "config", "localcluster", "demo-*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, demoFiles...)
 	demoValues := map[string]string{
 		"OBJECT_STORE_MODEL_BYTES":  "268435456",
 		"OBJECT_STORE_BUCKET":       "models",
