@@ -68,7 +68,8 @@
 // namespace. On a model's Service the body is passed on as it is; on a
 // namespace address `model` selects the AIInference (metadata.name or
 // spec.model.name) in that namespace, and /v1/models lists the namespace's
-// models. Either way the request is refused (403) unless the model's
+// models; a body that named the AIInference goes on with `model` set to
+// spec.model.name, the one name its engine serves. Either way the request is refused (403) unless the model's
 // spec.networkPolicy admits the client's source address as the NetworkPolicy
 // the operator renders would (IngressPolicy); a Host naming another
 // namespace's model gains nothing. The operator's rendered ingress policy must

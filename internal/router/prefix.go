@@ -25,6 +25,21 @@ func parseRequest(body []byte) request {
 	return r
 }
 
+// withModel is body with its "model" set to model and its other fields as
+// they were (their order aside); body itself when it is not a JSON object.
+func withModel(body []byte, model string) []byte {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(body, &fields) != nil || fields == nil {
+		return body
+	}
+	fields["model"], _ = json.Marshal(model)
+	out, err := json.Marshal(fields)
+	if err != nil {
+		return body
+	}
+	return out
+}
+
 // promptText is the text whose prefix the engine caches: the prompt of a
 // completion, or the chat messages in order (role and content), as the
 // engine's chat template lays them one after the other. A turn of a

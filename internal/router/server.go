@@ -262,6 +262,11 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusNotFound, 0, fmt.Sprintf("no model %q that you may call in namespace %s; GET /v1/models lists them", req.Model, target.Namespace))
 			return
 		}
+		// The engine serves spec.model.name only (--served-model-name): a
+		// request that named the AIInference goes on under the served name.
+		if req.Model == obj.Name && req.Model != obj.Spec.Model.Name && adapterOf(obj, req.Model) == nil {
+			body, req.Model = withModel(body, obj.Spec.Model.Name), obj.Spec.Model.Name
+		}
 	} else {
 		var err error
 		obj, err = rt.dir.Model(r.Context(), types.NamespacedName{Namespace: target.Namespace, Name: target.Model})

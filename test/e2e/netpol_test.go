@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,16 +27,32 @@ import (
 	"github.com/aiinference/operator/test/localcluster"
 )
 
+// networkPolicyUsers counts the tests running with the NetworkPolicy agent:
+// the last one to end stops it (the tests that use it run side by side).
+var networkPolicyUsers struct {
+	sync.Mutex
+	n int
+}
+
 // startNetworkPolicy runs the shared cluster's NetworkPolicy implementation on
-// the real nodes (kube-router's firewall on the host) for the test: the other
-// tests' pods, which no policy selects, are let through meanwhile, as before.
+// the real nodes (kube-router's firewall on the host) for the test, and until
+// the last test that asked for it ends: the other tests' pods, which no policy
+// selects, are let through meanwhile, as before.
 func startNetworkPolicy(t *testing.T) *localcluster.NetworkPolicyAgent {
 	t.Helper()
 	begin := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	networkPolicyUsers.Lock()
+	networkPolicyUsers.n++
 	agent, err := cluster.StartNetworkPolicy(ctx, localcluster.NetworkPolicyOptions{RepoRoot: repoRoot})
+	networkPolicyUsers.Unlock()
 	t.Cleanup(func() {
+		networkPolicyUsers.Lock()
+		defer networkPolicyUsers.Unlock()
+		if networkPolicyUsers.n--; networkPolicyUsers.n > 0 {
+			return
+		}
 		if err := cluster.StopNetworkPolicy(); err != nil {
 			t.Error(err)
 		}

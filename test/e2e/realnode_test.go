@@ -92,6 +92,7 @@ var roomHeld = map[string]time.Duration{
 	"TestRealNodeCorruptionStopsDownloads":              5 * time.Second,
 	"TestRealNodeModelCacheDownloadsOncePerNode":        12 * time.Second,
 	"TestRealNodeAdaptersLoadWithoutRestart":            45 * time.Second,
+	"TestRealNodeRouterRoutesThroughTheService":         30 * time.Second,
 }
 
 const roomHeldUnknown = 10 * time.Second

@@ -181,8 +181,14 @@ func run(m *testing.M) int {
 		return 1
 	}
 	activatorIP, _, _ := net.SplitHostPort(activatorAddr)
+	// It runs as the chart installs it: in operatorNamespace ($POD_NAMESPACE,
+	// which the models' NetworkPolicies let in), with the router's Service
+	// there (--router-service), which routed models lead to once a router
+	// runs (TestRealNodeRouterRoutesThroughTheService installs one).
 	op = shared.operator("suite", cluster.Kubeconfig(), "--autoscale-interval=2s",
-		"--activator-bind-address="+activatorAddr, "--activator-advertise-address="+activatorIP)
+		"--activator-bind-address="+activatorAddr, "--activator-advertise-address="+activatorIP,
+		"--router-service="+routerService)
+	op.env = []string{"POD_NAMESPACE=" + operatorNamespace}
 	if err := op.start(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -378,6 +384,7 @@ func (e *env) operator(name, kubeconfig string, extraArgs ...string) *operatorPr
 type operatorProcess struct {
 	name, bin, kubeconfig, logPath, loaderImage string
 	extraArgs                                   []string // after the usual ones, so they win
+	env                                         []string // added to the test's environment
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -399,7 +406,7 @@ func (o *operatorProcess) start() error {
 		"--metrics-bind-address=0", fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", port),
 		"--loader-image="+o.loaderImage)
 	cmd.Args = append(cmd.Args, o.extraArgs...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+o.kubeconfig)
+	cmd.Env = append(append(os.Environ(), "KUBECONFIG="+o.kubeconfig), o.env...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -630,6 +637,15 @@ func (e *env) update(g *WithT, obj *servingv1.AIInference, mutate func(*servingv
 		return e.k8s.Update(context.Background(), obj)
 	}).WithTimeout(10 * time.Second).Should(Succeed())
 }
+
+// operatorNamespace is where the suite's operator runs as far as the models
+// can tell ($POD_NAMESPACE): the namespace their NetworkPolicies let in, and
+// where the router runs. The chart installs both there.
+const operatorNamespace = "aiinference-system"
+
+// routerService is the router's Service as the chart names it (the
+// operator's default --router-service).
+const routerService = "aiinference-router"
 
 // activatorAddr is where the suite's operator runs its activator.
 var activatorAddr string
