@@ -153,7 +153,8 @@ func New(opts Options, resolver Resolver, wake func(types.NamespacedName), log l
 		held: map[types.NamespacedName]int{}, models: map[types.NamespacedName]*modelPort{}, stopping: make(chan struct{})}
 }
 
-// Held is how many requests for the model wait now.
+// Held is how many requests for the model wait now, or are being passed on
+// to the replica that came.
 func (a *Activator) Held(key types.NamespacedName) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
