@@ -1,11 +1,8 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -218,54 +215,24 @@ func waitNoCanaryPod(g *WithT, obj *servingv1.AIInference) {
 // that answered. An answer other than 200 is an error that holds the status and
 // the body (Traefik's "no available server" for a backend with no endpoint).
 func gatewayComplete(httpClient *http.Client, baseURL, model string) (string, error) {
-	body, _ := json.Marshal(map[string]any{"model": model, "prompt": "Hello", "max_tokens": 4})
-	req, err := http.NewRequest(http.MethodPost, baseURL+"/v1/completions", bytes.NewReader(body))
+	answer, err := postCompletion(httpClient, baseURL, "", model, "Hello")
 	if err != nil {
 		return "", err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	// As complete does: a request met by a kept-alive connection's close is sent again.
-	req.Header.Set("Idempotency-Key", strconv.FormatUint(completionKeys.Add(1), 10))
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return "", err
+	if answer.model != model {
+		return "", fmt.Errorf("a completion of %s, not of %s", answer.model, model)
 	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", &gatewayError{status: resp.StatusCode, body: strings.TrimSpace(string(data))}
-	}
-	var answer struct {
-		Model   string `json:"model"`
-		Choices []any  `json:"choices"`
-	}
-	if err := json.Unmarshal(data, &answer); err != nil || len(answer.Choices) == 0 || answer.Model != model {
-		return "", fmt.Errorf("not a completion of %s: %s", model, data)
-	}
-	pod := resp.Header.Get("x-inference-pod")
+	pod := answer.header.Get("x-inference-pod")
 	if pod == "" {
 		return "", fmt.Errorf("no x-inference-pod header in the answer")
 	}
 	return pod, nil
 }
 
-// gatewayError is an answer other than 200.
-type gatewayError struct {
-	status int
-	body   string
-}
-
-func (e *gatewayError) Error() string {
-	return fmt.Sprintf("%d %s: %s", e.status, http.StatusText(e.status), e.body)
-}
-
 // noAvailableServer is Traefik's answer for a backend with no server: 503 with
 // this body.
 func noAvailableServer(err error) bool {
-	ge, ok := err.(*gatewayError)
+	ge, ok := err.(*statusError)
 	return ok && ge.status == http.StatusServiceUnavailable && ge.body == "no available server"
 }
 
@@ -362,7 +329,7 @@ func startGatewayLoad(httpClient *http.Client, url, model string, track func(pod
 						l.firstErr = err.Error()
 					}
 					status := 0
-					if ge, ok := err.(*gatewayError); ok {
+					if ge, ok := err.(*statusError); ok {
 						status = ge.status
 					}
 					l.statuses[status]++

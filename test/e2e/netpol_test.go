@@ -1,11 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -200,22 +196,6 @@ func clientPod(ns, role, url, model string) *corev1.Pod {
 // completeWithHost sends one completion to the Gateway at url for the route
 // of host.
 func completeWithHost(httpClient *http.Client, url, host, model string) error {
-	body, _ := json.Marshal(map[string]any{"model": model, "prompt": "Hello", "max_tokens": 4})
-	req, err := http.NewRequest(http.MethodPost, url+"/v1/completions", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Host = host
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", strconv.FormatUint(completionKeys.Add(1), 10))
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", resp.Status, data)
-	}
-	return nil
+	_, err := postCompletion(httpClient, url, host, model, "Hello")
+	return err
 }

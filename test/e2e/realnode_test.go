@@ -209,33 +209,77 @@ func oneServingPod(g Gomega, obj *servingv1.AIInference) []corev1.Pod {
 const serviceRouteTimeout = 90 * time.Second
 
 func complete(httpClient *http.Client, baseURL, model string) (string, error) {
-	body, _ := json.Marshal(map[string]any{"model": model, "prompt": "Hello", "max_tokens": 4})
-	req, err := http.NewRequest(http.MethodPost, baseURL+"/v1/completions", bytes.NewReader(body))
+	answer, err := postCompletion(httpClient, baseURL, "", model, "Hello")
+	return answer.model, err
+}
+
+// completionAnswer is a 200 answer to a completion: the model its body names,
+// and its headers.
+type completionAnswer struct {
+	model  string
+	header http.Header
+}
+
+// postCompletion sends a short completion of prompt for model to baseURL (with
+// host as the Host header, when set) and returns the answer; an answer other
+// than 200 is a *statusError, and a body that is no completion an error.
+func postCompletion(httpClient *http.Client, baseURL, host, model, prompt string) (completionAnswer, error) {
+	header, data, err := postJSON(httpClient, baseURL+"/v1/completions", host,
+		map[string]any{"model": model, "prompt": prompt, "max_tokens": 4})
 	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", strconv.FormatUint(completionKeys.Add(1), 10))
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s: %s", resp.Status, data)
+		return completionAnswer{}, err
 	}
 	var answer struct {
 		Model   string `json:"model"`
 		Choices []any  `json:"choices"`
 	}
 	if err := json.Unmarshal(data, &answer); err != nil || len(answer.Choices) == 0 {
-		return "", fmt.Errorf("not a completion: %s", data)
+		return completionAnswer{}, fmt.Errorf("not a completion: %s", data)
 	}
-	return answer.Model, nil
+	return completionAnswer{model: answer.Model, header: header}, nil
+}
+
+// postJSON posts body as JSON to url (with host as the Host header, when set)
+// and returns the answer's headers and body, up to 1 MiB. It sends an
+// Idempotency-Key, as a client with retries does, so that a request met by a
+// kept-alive connection's close is sent again. An answer other than 200 is a
+// *statusError with its status and body.
+func postJSON(httpClient *http.Client, url, host string, body any) (http.Header, []byte, error) {
+	data, err := json.Marshal(body)
+	if err != nil {
+		return nil, nil, err
+	}
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(data))
+	if err != nil {
+		return nil, nil, err
+	}
+	if host != "" {
+		req.Host = host
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", strconv.FormatUint(completionKeys.Add(1), 10))
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	if data, err = io.ReadAll(io.LimitReader(resp.Body, 1<<20)); err != nil {
+		return nil, nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, nil, &statusError{status: resp.StatusCode, body: strings.TrimSpace(string(data))}
+	}
+	return resp.Header, data, nil
+}
+
+// statusError is an answer other than 200.
+type statusError struct {
+	status int
+	body   string
+}
+
+func (e *statusError) Error() string {
+	return fmt.Sprintf("%d %s: %s", e.status, http.StatusText(e.status), e.body)
 }
 
 // completionKeys numbers the completions' Idempotency-Keys.

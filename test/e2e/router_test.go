@@ -127,32 +127,14 @@ type routedAnswer struct{ pod, endpoint string }
 // routedComplete sends one completion of prompt to url, on a new connection
 // (so that kube-proxy picks a router pod for each), and returns who answered.
 func routedComplete(httpClient *http.Client, url, model, prompt string) (routedAnswer, error) {
-	body, _ := json.Marshal(map[string]any{"model": model, "prompt": prompt, "max_tokens": 4})
-	req, err := http.NewRequest(http.MethodPost, url+"/v1/completions", bytes.NewReader(body))
+	answer, err := postCompletion(httpClient, url, "", model, prompt)
 	if err != nil {
 		return routedAnswer{}, err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return routedAnswer{}, err
+	if answer.model != model {
+		return routedAnswer{}, fmt.Errorf("a completion of %s, not of %s", answer.model, model)
 	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return routedAnswer{}, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return routedAnswer{}, &gatewayError{status: resp.StatusCode, body: strings.TrimSpace(string(data))}
-	}
-	var answer struct {
-		Model   string `json:"model"`
-		Choices []any  `json:"choices"`
-	}
-	if err := json.Unmarshal(data, &answer); err != nil || len(answer.Choices) == 0 || answer.Model != model {
-		return routedAnswer{}, fmt.Errorf("not a completion of %s: %s", model, data)
-	}
-	a := routedAnswer{pod: resp.Header.Get("x-inference-pod"), endpoint: resp.Header.Get(router.EndpointHeader)}
+	a := routedAnswer{pod: answer.header.Get("x-inference-pod"), endpoint: answer.header.Get(router.EndpointHeader)}
 	if a.pod == "" || a.endpoint == "" {
 		return a, fmt.Errorf("an answer without x-inference-pod (%q) or %s (%q): not the simulator through the router", a.pod, router.EndpointHeader, a.endpoint)
 	}
@@ -165,19 +147,10 @@ func routedComplete(httpClient *http.Client, url, model, prompt string) (routedA
 // chatThrough sends one chat completion of model to url, streamed or not, on
 // a new connection, and returns the pod that answered (x-inference-pod).
 func chatThrough(httpClient *http.Client, url, model string, stream bool) (string, error) {
-	body, _ := json.Marshal(map[string]any{"model": model, "max_tokens": 4, "stream": stream,
+	header, data, err := postJSON(httpClient, url+"/v1/chat/completions", "", map[string]any{"model": model, "max_tokens": 4, "stream": stream,
 		"messages": []map[string]string{{"role": "user", "content": "Hello"}}})
-	resp, err := httpClient.Post(url+"/v1/chat/completions", "application/json", bytes.NewReader(body))
 	if err != nil {
 		return "", err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", &gatewayError{status: resp.StatusCode, body: strings.TrimSpace(string(data))}
 	}
 	if stream && !strings.Contains(string(data), "data: [DONE]") {
 		return "", fmt.Errorf("a stream without its end: %s", data)
@@ -185,9 +158,9 @@ func chatThrough(httpClient *http.Client, url, model string, stream bool) (strin
 	if !stream && !strings.Contains(string(data), `"choices"`) {
 		return "", fmt.Errorf("not a chat completion: %s", data)
 	}
-	pod := resp.Header.Get("x-inference-pod")
-	if pod == "" || pod != resp.Header.Get(router.EndpointHeader) {
-		return pod, fmt.Errorf("x-inference-pod %q, %s %q: not a replica through the router", pod, router.EndpointHeader, resp.Header.Get(router.EndpointHeader))
+	pod := header.Get("x-inference-pod")
+	if pod == "" || pod != header.Get(router.EndpointHeader) {
+		return pod, fmt.Errorf("x-inference-pod %q, %s %q: not a replica through the router", pod, router.EndpointHeader, header.Get(router.EndpointHeader))
 	}
 	return pod, nil
 }
