@@ -108,25 +108,10 @@ func TestRealNodeNetworkPolicyIsEnforced(t *testing.T) {
 	g.Expect(k8s.Create(ctx, allowed)).To(Succeed())
 	g.Expect(k8s.Create(ctx, denied)).To(Succeed())
 	created := time.Now()
-	g.Eventually(func(g Gomega) {
-		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(allowed), allowed)).To(Succeed())
-		g.Expect(allowed.Status.ContainerStatuses).To(HaveLen(1))
-		st := allowed.Status.ContainerStatuses[0]
-		g.Expect(st.State.Terminated).To(BeNil(), "the allowed client gave up: %+v", st.State.Terminated)
-		g.Expect(st.Ready).To(BeTrue())
-	}).WithTimeout(time.Minute).WithPolling(250*time.Millisecond).Should(Succeed(), "the allowed client gets a completion")
+	waitAnswered(g, allowed)
 	t.Logf("netpol figure: the allowed client had a completion %s after its creation", time.Since(created).Round(100*time.Millisecond))
 
-	var refused *corev1.ContainerStateTerminated
-	g.Eventually(func(g Gomega) {
-		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(denied), denied)).To(Succeed())
-		g.Expect(denied.Status.ContainerStatuses).To(HaveLen(1))
-		st := denied.Status.ContainerStatuses[0]
-		g.Expect(st.Ready).To(BeFalse(), "the denied client got a completion")
-		g.Expect(st.State.Terminated).NotTo(BeNil())
-		refused = st.State.Terminated
-	}).WithTimeout(time.Minute).WithPolling(250*time.Millisecond).Should(Succeed(), "the denied client gives up")
-	g.Expect(refused.ExitCode).To(Equal(int32(warmup.ExitTimedOut)), refused.Message)
+	refused := waitRefused(g, denied)
 	g.Expect(refused.Message).To(ContainSubstring("connection refused"), "kube-router rejects the connection")
 	t.Logf("netpol figure: the denied client ran %s, refused every attempt: %s",
 		refused.FinishedAt.Sub(refused.StartedAt.Time), refused.Message)
@@ -191,6 +176,33 @@ func clientPod(ns, role, url, model string) *corev1.Pod {
 			}},
 		},
 	}
+}
+
+// waitAnswered waits until the client pod has had its completion (Ready).
+func waitAnswered(g *WithT, pod *corev1.Pod) {
+	g.Eventually(func(g Gomega) {
+		g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(pod), pod)).To(Succeed())
+		g.Expect(pod.Status.ContainerStatuses).To(HaveLen(1))
+		st := pod.Status.ContainerStatuses[0]
+		g.Expect(st.State.Terminated).To(BeNil(), "%s gave up: %+v", pod.Name, st.State.Terminated)
+		g.Expect(st.Ready).To(BeTrue())
+	}).WithTimeout(time.Minute).WithPolling(250*time.Millisecond).Should(Succeed(), "%s gets a completion", pod.Name)
+}
+
+// waitRefused waits until the client pod has given up without a completion,
+// and returns how it ended (its message is the last error).
+func waitRefused(g *WithT, pod *corev1.Pod) *corev1.ContainerStateTerminated {
+	var refused *corev1.ContainerStateTerminated
+	g.Eventually(func(g Gomega) {
+		g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(pod), pod)).To(Succeed())
+		g.Expect(pod.Status.ContainerStatuses).To(HaveLen(1))
+		st := pod.Status.ContainerStatuses[0]
+		g.Expect(st.Ready).To(BeFalse(), "%s got a completion", pod.Name)
+		g.Expect(st.State.Terminated).NotTo(BeNil())
+		refused = st.State.Terminated
+	}).WithTimeout(time.Minute).WithPolling(250*time.Millisecond).Should(Succeed(), "%s gives up", pod.Name)
+	g.Expect(refused.ExitCode).To(Equal(int32(warmup.ExitTimedOut)), refused.Message)
+	return refused
 }
 
 // completeWithHost sends one completion to the Gateway at url for the route

@@ -34,7 +34,6 @@ import (
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/autoscale"
 	"github.com/aiinference/operator/internal/router"
-	"github.com/aiinference/operator/internal/warmup"
 	"github.com/aiinference/operator/test/localcluster"
 	"github.com/aiinference/operator/test/routingbench"
 	"github.com/aiinference/operator/test/testutil"
@@ -444,13 +443,7 @@ func TestRealNodeRouterRoutesThroughTheService(t *testing.T) {
 	for _, p := range []*corev1.Pod{allowed, denied, direct} {
 		g.Expect(k8s.Create(ctx, p)).To(Succeed())
 	}
-	g.Eventually(func(g Gomega) {
-		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(allowed), allowed)).To(Succeed())
-		g.Expect(allowed.Status.ContainerStatuses).To(HaveLen(1))
-		st := allowed.Status.ContainerStatuses[0]
-		g.Expect(st.State.Terminated).To(BeNil(), "the allowed client gave up: %+v", st.State.Terminated)
-		g.Expect(st.Ready).To(BeTrue())
-	}).WithTimeout(time.Minute).WithPolling(250*time.Millisecond).Should(Succeed(), "the allowed client gets a completion through the router")
+	waitAnswered(g, allowed)
 	at(fmt.Sprintf("the allowed client %s (%s) had a completion through the Service", allowed.Name, allowed.Status.PodIP))
 	clientCounts := readRouterCounts(g, routers, obj).sub(beforeClients)
 	answered := 0.0
@@ -459,25 +452,12 @@ func TestRealNodeRouterRoutesThroughTheService(t *testing.T) {
 	}
 	g.Expect(answered).To(BeNumerically(">=", 1), "the router counts no answer for the allowed client: %v", clientCounts.answers)
 
-	refusal := func(p *corev1.Pod) *corev1.ContainerStateTerminated {
-		var refused *corev1.ContainerStateTerminated
-		g.Eventually(func(g Gomega) {
-			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
-			g.Expect(p.Status.ContainerStatuses).To(HaveLen(1))
-			st := p.Status.ContainerStatuses[0]
-			g.Expect(st.Ready).To(BeFalse(), "%s got a completion", p.Name)
-			g.Expect(st.State.Terminated).NotTo(BeNil())
-			refused = st.State.Terminated
-		}).WithTimeout(time.Minute).WithPolling(250*time.Millisecond).Should(Succeed(), "%s gives up", p.Name)
-		g.Expect(refused.ExitCode).To(Equal(int32(warmup.ExitTimedOut)), refused.Message)
-		return refused
-	}
-	refused := refusal(denied)
+	refused := waitRefused(g, denied)
 	t.Logf("the denied client %s (%s) through the Service, refused for %s: %s", denied.Name, denied.Status.PodIP,
 		refused.FinishedAt.Sub(refused.StartedAt.Time), refused.Message)
 	g.Expect(refused.Message).To(And(ContainSubstring("403 Forbidden"), ContainSubstring("does not admit a client at "+denied.Status.PodIP)),
 		"the router refuses the denied client")
-	refused = refusal(direct)
+	refused = waitRefused(g, direct)
 	t.Logf("the denied client %s (%s) at replica %s directly, refused for %s: %s", direct.Name, direct.Status.PodIP, target.Name,
 		refused.FinishedAt.Sub(refused.StartedAt.Time), refused.Message)
 	g.Expect(refused.Message).To(ContainSubstring("connection refused"), "kube-router refuses the denied client at the replica")
