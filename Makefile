@@ -123,6 +123,11 @@ test: tools ## Everything CI runs: vet, unit, envtest integration, loader, end-t
 	for s in "$${skipped[@]}"; do echo "make test: SKIPPED $$s" >&2; done; \
 	exit $$status
 
+.PHONY: test-karmada
+test-karmada: ## The multi-cluster tests: two local clusters joined to a real Karmada (builds Karmada first: about 20 minutes once)
+	hack/tools/build.sh cluster karmada >/dev/null
+	KARMADA_E2E=1 go test ./test/multicluster/ -count=1 -timeout 20m -v
+
 .PHONY: test-e2e
 test-e2e: ## Only the end-to-end tests on a local cluster with simulated GPU nodes
 	go test ./test/e2e/... -count=1 -timeout 30m -v
