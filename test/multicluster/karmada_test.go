@@ -125,9 +125,11 @@ var memberPools = map[string][]localcluster.NodePool{
 		CPU: resource.MustParse("96"), Memory: resource.MustParse("1360Gi")}},
 }
 
-// karmadaControllerManagerArgs: the cluster failover settings (see the
-// failover test); the status of clusters collected every 5 s.
-var karmadaControllerManagerArgs = []string{}
+// karmadaControllerManagerArgs: cluster failover (a beta feature, off by
+// default), a member unhealthy after 10 s of failed health checks rather than
+// 30 s. The eviction itself is asked for by the ClusterTaintPolicy and the
+// PropagationPolicy's tolerations of TestKarmadaMovesReplicasOffAStoppedMember.
+var karmadaControllerManagerArgs = []string{"--feature-gates=Failover=true", "--cluster-failure-threshold=10s"}
 
 // setup starts Karmada and the members on first use, or skips the test.
 func setup(t *testing.T) *env {
@@ -396,6 +398,107 @@ func TestKarmadaDividesAnAIInferenceByFreeGPUsAndAggregatesItsStatus(t *testing.
 	g.Expect(ready).NotTo(BeNil())
 	g.Expect(ready.Status).To(Equal(metav1.ConditionTrue))
 	t.Logf("On Karmada: phase %s, %d/%d ready, Ready: %s (%s)", got.Status.Phase, got.Status.ReadyReplicas, got.Status.Replicas, ready.Reason, ready.Message)
+}
+
+// failoverToleration is how long an AIInference stays on a member that is
+// not Ready before Karmada evicts it (its PropagationPolicy's
+// clusterTolerations of the NoExecute taint the ClusterTaintPolicy puts on
+// such a member).
+const failoverToleration = 5 * time.Second
+
+// TestKarmadaMovesReplicasOffAStoppedMember divides an AIInference of 3
+// replicas between east and west, stops west (its operator and its whole
+// control plane), and measures how long until east runs all 3, Ready: Karmada
+// marks west not Ready after --cluster-failure-threshold (10 s), the
+// ClusterTaintPolicy taints it NoExecute, the taint manager evicts the
+// AIInference after the policy's toleration (5 s), and the scheduler gives its
+// replicas to east. It stops west: it runs last.
+func TestKarmadaMovesReplicasOffAStoppedMember(t *testing.T) {
+	e := setup(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	e.applyInterpreter(t, g, nil)
+	ns := e.namespace(t, g, "failover")
+	obj := inference(ns, "moved", 3, 2)
+	defer e.dump(t, ns, obj.Name)
+
+	taintPolicy := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "policy.karmada.io/v1alpha1",
+		"kind":       "ClusterTaintPolicy",
+		"metadata":   map[string]any{"name": "not-ready-no-execute"},
+		"spec": map[string]any{
+			"addOnConditions":    []any{map[string]any{"conditionType": "Ready", "operator": "NotIn", "statusValues": []any{"True"}}},
+			"removeOnConditions": []any{map[string]any{"conditionType": "Ready", "operator": "In", "statusValues": []any{"True"}}},
+			"taints":             []any{map[string]any{"key": "cluster.karmada.io/not-ready", "effect": "NoExecute"}},
+		},
+	}}
+	g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(taintPolicy), client.FieldOwner("multicluster-test"))).To(Succeed())
+	pp := propagationPolicy(ns, obj.Name)
+	tolerations := []any{}
+	for _, key := range []string{"cluster.karmada.io/not-ready", "cluster.karmada.io/unreachable"} {
+		tolerations = append(tolerations, map[string]any{"key": key, "operator": "Exists", "effect": "NoExecute",
+			"tolerationSeconds": int64(failoverToleration / time.Second)})
+	}
+	g.Expect(unstructured.SetNestedSlice(pp.Object, tolerations, "spec", "placement", "clusterTolerations")).To(Succeed())
+	g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(pp), client.FieldOwner("multicluster-test"))).To(Succeed())
+	g.Expect(e.hub.Create(ctx, obj)).To(Succeed())
+
+	// Both members run a part, Ready, and Karmada says so.
+	shares := map[string]int32{}
+	for _, m := range e.members {
+		g.Eventually(func(g Gomega) {
+			got := &servingv1.AIInference{}
+			g.Expect(m.k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+			g.Expect(got.Spec.Replicas).To(HaveValue(BeNumerically(">", 0)))
+			g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseReady))
+			g.Expect(got.Status.ReadyReplicas).To(Equal(*got.Spec.Replicas))
+			shares[m.name] = *got.Spec.Replicas
+		}).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Succeed(), "the member %s", m.name)
+	}
+	g.Expect(shares["east"] + shares["west"]).To(Equal(int32(3)))
+	t.Logf("Before: east runs %d, west %d", shares["east"], shares["west"])
+
+	west, east := e.member("west"), e.member("east")
+	stopped := time.Now()
+	west.operator.stop()
+	g.Expect(west.cluster.Stop()).To(Succeed())
+	t.Logf("west stopped (its operator and control plane) in %s", time.Since(stopped).Round(100*time.Millisecond))
+
+	var notReady, tainted time.Duration
+	g.Eventually(func(g Gomega) {
+		cluster := &unstructured.Unstructured{}
+		cluster.SetGroupVersionKind(localcluster.ClusterGVK)
+		g.Expect(e.hub.Get(ctx, client.ObjectKey{Name: "west"}, cluster)).To(Succeed())
+		if notReady == 0 && clusterReady(cluster) != "True" {
+			notReady = time.Since(stopped)
+		}
+		taints, _, _ := unstructured.NestedSlice(cluster.Object, "spec", "taints")
+		for _, taint := range taints {
+			if taint.(map[string]any)["effect"] == "NoExecute" && tainted == 0 {
+				tainted = time.Since(stopped)
+			}
+		}
+		got := &servingv1.AIInference{}
+		g.Expect(east.k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+		g.Expect(got.Spec.Replicas).To(HaveValue(Equal(int32(3))))
+		g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+		g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseReady))
+		g.Expect(got.Status.ReadyReplicas).To(Equal(int32(3)))
+	}).WithTimeout(3 * time.Minute).WithPolling(500 * time.Millisecond).Should(Succeed())
+	t.Logf("After west stopped: Karmada's Cluster west not Ready at %s, tainted NoExecute at %s; east runs 3 replicas, Ready, at %s",
+		notReady.Round(100*time.Millisecond), tainted.Round(100*time.Millisecond), time.Since(stopped).Round(100*time.Millisecond))
+}
+
+// clusterReady is the status of a Karmada Cluster's Ready condition.
+func clusterReady(cluster *unstructured.Unstructured) string {
+	conditions, _, _ := unstructured.NestedSlice(cluster.Object, "status", "conditions")
+	for _, c := range conditions {
+		if c, ok := c.(map[string]any); ok && c["type"] == "Ready" {
+			s, _ := c["status"].(string)
+			return s
+		}
+	}
+	return ""
 }
 
 // dump logs what Karmada made of the object (its ResourceBinding and the
