@@ -113,6 +113,9 @@ test: tools ## Everything CI runs: vet, unit, envtest integration, loader, end-t
 	if ! command -v promtool >/dev/null; then \
 		skipped+=("the promtool checks (metric names, alert rules, dashboard queries): promtool is not installed, and installing it (apt-get install prometheus) needs root"); \
 	fi; \
+	if [ "$$KARMADA_E2E" != 1 ]; then \
+		skipped+=("the Karmada tests (test/multicluster: members joined to a real Karmada): make test-karmada runs them, building Karmada first (about 20 minutes once on 2 cores); KARMADA_E2E=1 runs them here once it is built"); \
+	fi; \
 	for s in "$${skipped[@]}"; do echo "make test: skipping $$s" >&2; done; \
 	go vet ./... & vet=$$!; \
 	(cd hack/images && go test ./... -count=1 -timeout 5m) & images=$$!; \
