@@ -113,6 +113,9 @@ test: tools ## Everything CI runs: vet, unit, envtest integration, loader, end-t
 	if ! command -v promtool >/dev/null; then \
 		skipped+=("the promtool checks (metric names, alert rules, dashboard queries): promtool is not installed, and installing it (apt-get install prometheus) needs root"); \
 	fi; \
+	if [ "$$KARMADA_E2E" != 1 ]; then \
+		skipped+=("the Karmada tests (test/multicluster: members joined to a real Karmada): make test-karmada runs them, building Karmada first (about 20 minutes once on 2 cores); KARMADA_E2E=1 runs them here once it is built"); \
+	fi; \
 	for s in "$${skipped[@]}"; do echo "make test: skipping $$s" >&2; done; \
 	go vet ./... & vet=$$!; \
 	(cd hack/images && go test ./... -count=1 -timeout 5m) & images=$$!; \
@@ -122,6 +125,11 @@ test: tools ## Everything CI runs: vet, unit, envtest integration, loader, end-t
 	LOCALCLUSTER_REAL_NODE=$$real_node KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -p $(TEST_PARALLEL) -ldflags='$(TEST_LDFLAGS)' ./test/e2e ./test/localcluster -count=1 -timeout 45m || status=1; \
 	for s in "$${skipped[@]}"; do echo "make test: SKIPPED $$s" >&2; done; \
 	exit $$status
+
+.PHONY: test-karmada
+test-karmada: ## The multi-cluster tests: two local clusters joined to a real Karmada (builds Karmada first: about 20 minutes once)
+	hack/tools/build.sh cluster karmada >/dev/null
+	KARMADA_E2E=1 go test ./test/multicluster/ -count=1 -timeout 20m -v
 
 .PHONY: test-e2e
 test-e2e: ## Only the end-to-end tests on a local cluster with simulated GPU nodes

@@ -5,7 +5,7 @@
 # A binary already in the cache is reused, so only the first run pays the build.
 #
 # Usage: hack/tools/build.sh GROUP...
-#   groups: envtest cluster s3 rclone registry node node-packages sim images promtool helm traefik keda lws netpol kube-network-policies all
+#   groups: envtest cluster s3 rclone registry node node-packages sim images promtool helm traefik keda lws karmada netpol kube-network-policies all
 #   node: kubelet, kube-proxy, containerd, runc and CNI plugins of a real node;
 #   node-packages: only the Debian packages a real node needs (apt-get, as root);
 #   sim: llm-d-inference-sim; images: the real node's image tarballs (pause,
@@ -14,6 +14,8 @@
 #   traefik: the local cluster's Gateway API data plane (docs/gateway.md);
 #   keda: KEDA's operator, run on the host by the bring-your-own autoscaler test;
 #   lws: the LeaderWorkerSet controller, run on the host for replicas that span nodes;
+#   karmada: Karmada's control plane (controller manager, scheduler, webhook,
+#   aggregated API server), run on the host by test/multicluster (about 20 minutes the first time);
 #   registry: a real OCI registry (distribution), for the oci model source's tests.
 # Prints the folder of the last group built, e.g. for KUBEBUILDER_ASSETS.
 # AIINFERENCE_CACHE overrides the cache root (default ~/.cache/aiinference-operator).
@@ -29,7 +31,8 @@ version_of() {
 }
 
 # build MODULE_DIR MODULE PACKAGE BINARY [GO_BUILD_FLAG...]: build one binary into
-# the versioned cache folder. Static (CGO_ENABLED=0) unless called as cgo=1 build ...
+# the versioned cache folder. Static (CGO_ENABLED=0) unless called as cgo=1 build ...;
+# called as nice=N build ..., the compiler runs at that niceness.
 build() {
 	local dir=$1 module=$2 pkg=$3 bin=$4
 	shift 4
@@ -48,7 +51,7 @@ build() {
 		if [ ! -x "$out/$bin" ]; then
 			echo "Building $bin $version into $out (first run only; this can take minutes)" >&2
 			# Build to a temporary name and rename, so a killed build never leaves a half binary.
-			(cd "$tools_dir/$dir" && CGO_ENABLED=${cgo:-0} go build -trimpath "$@" -o "$out/.$bin.$$.tmp" "$pkg")
+			(cd "$tools_dir/$dir" && CGO_ENABLED=${cgo:-0} ${nice:+nice -n "$nice"} go build -trimpath "$@" -o "$out/.$bin.$$.tmp" "$pkg")
 			mv "$out/.$bin.$$.tmp" "$out/$bin"
 		fi
 		exec {lock}>&-
@@ -267,12 +270,29 @@ lws_tool() {
 		-ldflags "-X sigs.k8s.io/lws/pkg/version.GitVersion=$version"
 }
 
+# karmada_tool: Karmada's control plane from its module (github.com/karmada-io/karmada's
+# cmd/controller-manager, cmd/scheduler, cmd/webhook, cmd/aggregated-apiserver),
+# in its own module (k8s.io v0.34, controller-runtime v0.22); its API server is
+# the local cluster's kube-apiserver with an etcd of its own
+# (test/localcluster/karmada.go). Built under nice: they are large, and the
+# machines here have two cores that other work shares. -X stamps the version
+# they log.
+karmada_tool() {
+	local version out bin
+	version=$(version_of karmada github.com/karmada-io/karmada)
+	for bin in controller-manager scheduler webhook aggregated-apiserver; do
+		out=$(nice=10 build karmada github.com/karmada-io/karmada "github.com/karmada-io/karmada/cmd/$bin" "karmada-$bin" \
+			-ldflags "-X github.com/karmada-io/karmada/pkg/version.gitVersion=$version")
+	done
+	echo "$out"
+}
+
 promtool_dir() {
 	command -v promtool >/dev/null || apt_install promtool prometheus
 	dirname "$(command -v promtool)"
 }
 
-[ $# -gt 0 ] || { sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 for group in "$@"; do
 	case "$group" in
 	envtest | cluster | s3 | rclone | registry | node | sim | images) last=$("$group") ;;
@@ -284,6 +304,7 @@ for group in "$@"; do
 	kube-network-policies) last=$(kube_network_policies_tool) ;;
 	keda) last=$(keda_tool) ;;
 	lws) last=$(lws_tool) ;;
+	karmada) last=$(karmada_tool) ;;
 	all) cluster >/dev/null; s3 >/dev/null; rclone >/dev/null; registry >/dev/null; node >/dev/null; last=$(images) ;;
 	*) echo "build.sh: unknown group $group" >&2; exit 2 ;;
 	esac

@@ -19,10 +19,15 @@ import (
 
 // secrets are the key material of one cluster, written as files into its directory.
 type secrets struct {
-	caCert         string // PEM CA certificate: signs the API server's serving certificate and cluster CSRs
-	caKey          string // PEM CA private key (the controller-manager's cluster signing key)
-	servingCert    string // PEM serving certificate of the API server for 127.0.0.1 and localhost
-	servingKey     string
+	caCert      string // PEM CA certificate: signs the API server's serving certificate and cluster CSRs
+	caKey       string // PEM CA private key (the controller-manager's cluster signing key)
+	servingCert string // PEM serving certificate of the API server for 127.0.0.1 and localhost
+	servingKey  string
+	// frontProxyCert and frontProxyKey are the client certificate the API
+	// server's aggregator presents to an aggregated API server (Karmada's
+	// serves the clusters), signed by the CA, named frontProxyClientName.
+	frontProxyCert string
+	frontProxyKey  string
 	saKey          string // PEM RSA private key that signs service account tokens
 	saPub          string // PEM public key that verifies them
 	tokenAuthFile  string // the API server's static token file
@@ -34,17 +39,23 @@ type secrets struct {
 // every permission without any RBAC binding.
 const adminUser = "localcluster-admin"
 
+// frontProxyClientName is the common name of the aggregator's client
+// certificate, the one name an aggregated API server trusts the user headers of.
+const frontProxyClientName = "front-proxy-client"
+
 // writeSecrets generates a CA, the API server's serving certificate, the service
 // account key pair and a token auth file, and writes them under dir.
 func writeSecrets(dir string) (*secrets, error) {
 	s := &secrets{
-		caCert:        filepath.Join(dir, "ca.crt"),
-		caKey:         filepath.Join(dir, "ca.key"),
-		servingCert:   filepath.Join(dir, "apiserver.crt"),
-		servingKey:    filepath.Join(dir, "apiserver.key"),
-		saKey:         filepath.Join(dir, "sa.key"),
-		saPub:         filepath.Join(dir, "sa.pub"),
-		tokenAuthFile: filepath.Join(dir, "tokens.csv"),
+		caCert:         filepath.Join(dir, "ca.crt"),
+		caKey:          filepath.Join(dir, "ca.key"),
+		servingCert:    filepath.Join(dir, "apiserver.crt"),
+		servingKey:     filepath.Join(dir, "apiserver.key"),
+		frontProxyCert: filepath.Join(dir, "front-proxy-client.crt"),
+		frontProxyKey:  filepath.Join(dir, "front-proxy-client.key"),
+		saKey:          filepath.Join(dir, "sa.key"),
+		saPub:          filepath.Join(dir, "sa.pub"),
+		tokenAuthFile:  filepath.Join(dir, "tokens.csv"),
 	}
 	now := time.Now()
 
@@ -90,6 +101,27 @@ func writeSecrets(dir string) (*secrets, error) {
 		return nil, fmt.Errorf("creating the API server certificate: %w", err)
 	}
 
+	frontProxyKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	frontProxyTemplate := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: frontProxyClientName},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.AddDate(1, 0, 0),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	frontProxyDER, err := x509.CreateCertificate(rand.Reader, frontProxyTemplate, caCert, &frontProxyKey.PublicKey, caKey)
+	if err != nil {
+		return nil, fmt.Errorf("creating the front proxy client certificate: %w", err)
+	}
+	frontProxyKeyDER, err := x509.MarshalECPrivateKey(frontProxyKey)
+	if err != nil {
+		return nil, err
+	}
+
 	// Service account tokens: the API server and controller-manager accept RSA keys
 	// everywhere, so use RSA here.
 	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
@@ -124,6 +156,8 @@ func writeSecrets(dir string) (*secrets, error) {
 		{s.caKey, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: caKeyDER})},
 		{s.servingCert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: servingDER})},
 		{s.servingKey, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: servingKeyDER})},
+		{s.frontProxyCert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: frontProxyDER})},
+		{s.frontProxyKey, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: frontProxyKeyDER})},
 		{s.saKey, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(saKey)})},
 		{s.saPub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: saPub})},
 		// token,user,uid,"group1,group2"

@@ -287,6 +287,16 @@ func start(ctx context.Context, opts Options, binDir, stageDir string, pools []N
 		// kwok does not serve) stay on loopback.
 		"--kubelet-preferred-address-types=InternalIP",
 		"--profiling=false",
+		// The aggregation layer, as a real control plane has it: the API server
+		// proxies an aggregated API (Karmada's clusters, karmada.go) with this
+		// client certificate and the user in these headers.
+		"--proxy-client-cert-file="+sec.frontProxyCert,
+		"--proxy-client-key-file="+sec.frontProxyKey,
+		"--requestheader-client-ca-file="+sec.caCert,
+		"--requestheader-allowed-names="+frontProxyClientName,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 	); err != nil {
 		return nil, err
 	}

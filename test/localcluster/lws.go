@@ -215,8 +215,9 @@ func lwsPodTemplate() corev1.PodTemplateSpec {
 }
 
 // writeLoopbackServingCert writes a self-signed serving certificate for
-// 127.0.0.1 (tls.crt, tls.key) into dir and returns it as the CA bundle.
-func writeLoopbackServingCert(dir string) ([]byte, error) {
+// 127.0.0.1, localhost and dnsNames (tls.crt, tls.key) into dir and returns it
+// as the CA bundle.
+func writeLoopbackServingCert(dir string, dnsNames ...string) ([]byte, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -224,6 +225,7 @@ func writeLoopbackServingCert(dir string) ([]byte, error) {
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(), Subject: pkix.Name{CommonName: "lws-webhook"},
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:    append([]string{"localhost"}, dnsNames...),
 		NotBefore:   time.Now().Add(-time.Minute), NotAfter: time.Now().AddDate(1, 0, 0),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		IsCA: true, BasicConstraintsValid: true,

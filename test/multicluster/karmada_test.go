@@ -1,0 +1,631 @@
+// Package multicluster runs the operator in several local clusters joined to a
+// real Karmada control plane (localcluster.StartKarmada): Karmada's own
+// controller manager, scheduler, webhook and aggregated API server, built from
+// its module by hack/tools/build.sh karmada, with the project's
+// ResourceInterpreterCustomization (integrations/karmada) telling it what an
+// AIInference's replicas need and how to read their status.
+//
+// It is a package of its own rather than part of test/e2e: its clusters are
+// not the e2e suite's (a Karmada control plane and two members with nodes of
+// their own, each with its own operator), and the e2e suite's TestMain starts
+// its shared cluster, LeaderWorkerSet controller and operator for any test it
+// runs. The tests run only when KARMADA_E2E=1 asks for them and the Karmada
+// binaries are built: Karmada's build takes tens of minutes on 2 cores, too
+// long to start from a test.
+package multicluster
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/manager"
+	"github.com/aiinference/operator/test/localcluster"
+	"github.com/aiinference/operator/test/testutil"
+)
+
+// karmadaEnv is the variable that asks for these tests.
+const karmadaEnv = "KARMADA_E2E"
+
+// The Karmada binaries hack/tools/build.sh karmada builds.
+const karmadaBuildCommand = "hack/tools/build.sh karmada"
+
+var (
+	repoRoot, workDir, operatorBin string
+	// loaderImage: simulated kubelets run no image.
+	loaderImage = "example.test/model-loader:e2e"
+
+	envOnce sync.Once
+	theEnv  *env
+	envErr  error
+)
+
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	code := m.Run()
+	if theEnv != nil {
+		theEnv.stop()
+	}
+	if workDir != "" {
+		_ = os.RemoveAll(workDir)
+	}
+	os.Exit(code)
+}
+
+// env is Karmada with its members, each running the operator.
+type env struct {
+	karmada *localcluster.Karmada
+	hub     client.Client // Karmada's API server, with the operator's scheme
+	members []*member
+	kubectl string
+}
+
+type member struct {
+	name     string
+	cluster  *localcluster.Cluster
+	k8s      client.Client
+	operator *operatorProcess
+}
+
+func (e *env) member(name string) *member {
+	for _, m := range e.members {
+		if m.name == name {
+			return m
+		}
+	}
+	panic("no member " + name)
+}
+
+func (e *env) stop() {
+	var stops []func()
+	for _, m := range e.members {
+		stops = append(stops, m.operator.stop, func() { _ = m.cluster.Stop() })
+	}
+	if e.karmada != nil {
+		stops = append(stops, func() { _ = e.karmada.Stop() })
+	}
+	var wg sync.WaitGroup
+	for _, stop := range stops {
+		wg.Go(stop)
+	}
+	wg.Wait()
+}
+
+// The members: east with two 8x H100 nodes (16 GPUs), west with one 4x A100
+// node (4 GPUs).
+var memberPools = map[string][]localcluster.NodePool{
+	"east": {{Name: "h100", Count: 2, GPUProduct: localcluster.GPUProductH100, GPUCount: 8,
+		CPU: resource.MustParse("208"), Memory: resource.MustParse("1800Gi")}},
+	"west": {{Name: "a100", Count: 1, GPUProduct: localcluster.GPUProductA100, GPUCount: 4,
+		CPU: resource.MustParse("96"), Memory: resource.MustParse("1360Gi")}},
+}
+
+// karmadaControllerManagerArgs: cluster failover (a beta feature, off by
+// default), a member unhealthy after 10 s of failed health checks rather than
+// 30 s. The eviction itself is asked for by the ClusterTaintPolicy and the
+// PropagationPolicy's tolerations of TestKarmadaMovesReplicasOffAStoppedMember.
+var karmadaControllerManagerArgs = []string{"--feature-gates=Failover=true", "--cluster-failure-threshold=10s"}
+
+// setup starts Karmada and the members on first use, or skips the test.
+func setup(t *testing.T) *env {
+	t.Helper()
+	if os.Getenv(karmadaEnv) != "1" {
+		t.Skipf("the Karmada tests run with %s=1, once Karmada is built (`%s`, about 20 minutes the first time on 2 cores)", karmadaEnv, karmadaBuildCommand)
+	}
+	envOnce.Do(func() { theEnv, envErr = startEnv() })
+	if envErr != nil {
+		t.Fatal(envErr)
+	}
+	return theEnv
+}
+
+func startEnv() (_ *env, err error) {
+	ctx := context.Background()
+	if repoRoot, err = testutil.RepoRoot(); err != nil {
+		return nil, err
+	}
+	binDir, err := karmadaBinDir()
+	if err != nil {
+		return nil, err
+	}
+	if workDir, err = os.MkdirTemp("", "aiinference-multicluster-"); err != nil {
+		return nil, err
+	}
+	operatorBin = filepath.Join(workDir, "manager")
+	build := exec.Command("go", "build", "-o", operatorBin, "./cmd/manager")
+	build.Dir = repoRoot
+	built := make(chan error, 1)
+	go func() {
+		out, err := build.CombinedOutput()
+		if err != nil {
+			err = fmt.Errorf("building the operator: %w\n%s", err, out)
+		}
+		built <- err
+	}()
+	clusterBin, err := localcluster.BuildBinaries(ctx, repoRoot, os.Stderr)
+	if err != nil {
+		return nil, err
+	}
+
+	e := &env{kubectl: filepath.Join(clusterBin, "kubectl")}
+	defer func() {
+		if err != nil {
+			e.stop()
+		}
+	}()
+	// Karmada and the members start side by side.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	wg.Go(func() {
+		k, err := localcluster.StartKarmada(ctx, localcluster.KarmadaOptions{
+			Cluster:               localcluster.Options{RepoRoot: repoRoot, BinDir: clusterBin, Progress: prefixed("karmada"), StartTimeout: 5 * time.Minute},
+			BinDir:                binDir,
+			ControllerManagerArgs: karmadaControllerManagerArgs,
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		e.karmada = k
+		errs = append(errs, err)
+	})
+	for _, name := range []string{"east", "west"} {
+		wg.Go(func() {
+			c, err := localcluster.Start(ctx, localcluster.Options{RepoRoot: repoRoot, BinDir: clusterBin, NodePools: memberPools[name],
+				Progress: prefixed(name), KubeletDelayScale: 0.1, StartTimeout: 5 * time.Minute})
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				e.members = append(e.members, &member{name: name, cluster: c})
+			}
+			errs = append(errs, err)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(append(errs, <-built)...); err != nil {
+		return e, err
+	}
+
+	scheme := manager.Scheme()
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+		return e, err
+	}
+	crd := filepath.Join(repoRoot, "config", "crd", "bases", "serving.aiinference.io_aiinferences.yaml")
+	if e.hub, err = client.New(e.karmada.RESTConfig(), client.Options{Scheme: scheme}); err != nil {
+		return e, err
+	}
+	// Karmada holds the templates: the CRD and the interpreter.
+	if err := testutil.InstallCRDs(ctx, e.hub, crd); err != nil {
+		return e, fmt.Errorf("installing the CRD on Karmada: %w", err)
+	}
+	for _, m := range e.members {
+		if m.k8s, err = client.New(m.cluster.RESTConfig(), client.Options{Scheme: scheme}); err != nil {
+			return e, err
+		}
+		// The CRD before the join: Karmada's scheduler places an AIInference only
+		// on a member whose API enablements (collected with its status) list it.
+		if err := testutil.InstallCRDs(ctx, m.k8s, crd); err != nil {
+			return e, fmt.Errorf("installing the CRD on %s: %w", m.name, err)
+		}
+		m.operator = &operatorProcess{name: m.name, kubeconfig: m.cluster.Kubeconfig(), logPath: filepath.Join(workDir, m.name+"-operator.log")}
+		if err := m.operator.start(); err != nil {
+			return e, err
+		}
+		if err := e.karmada.Join(ctx, m.name, m.cluster); err != nil {
+			return e, err
+		}
+	}
+	return e, nil
+}
+
+// karmadaBinDir is the folder hack/tools/build.sh karmada fills, which must
+// hold its binaries: a missing one fails, naming the command that builds it.
+func karmadaBinDir() (string, error) {
+	version, err := requiredVersion(filepath.Join(repoRoot, "hack", "tools", "karmada", "go.mod"), "github.com/karmada-io/karmada")
+	if err != nil {
+		return "", err
+	}
+	cacheRoot := os.Getenv("AIINFERENCE_CACHE")
+	if cacheRoot == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			return "", err
+		}
+		cacheRoot = filepath.Join(cache, "aiinference-operator")
+	}
+	dir := filepath.Join(cacheRoot, "bin", "karmada-"+version)
+	for _, bin := range []string{"karmada-controller-manager", "karmada-scheduler", "karmada-webhook", "karmada-aggregated-apiserver"} {
+		if _, err := os.Stat(filepath.Join(dir, bin)); err != nil {
+			return "", fmt.Errorf("Karmada %s is not built (%v): run `%s`", version, err, karmadaBuildCommand)
+		}
+	}
+	return dir, nil
+}
+
+// requiredVersion is the version of module that a go.mod requires.
+func requiredVersion(gomod, module string) (string, error) {
+	f, err := os.Open(gomod)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	scanner := bufio.NewScanner(f)
+	for scanner.Scan() {
+		fields := strings.Fields(strings.TrimPrefix(strings.TrimSpace(scanner.Text()), "require "))
+		if len(fields) >= 2 && fields[0] == module {
+			return fields[1], nil
+		}
+	}
+	return "", fmt.Errorf("%s does not require %s", gomod, module)
+}
+
+// applyInterpreter applies integrations/karmada's
+// ResourceInterpreterCustomization on Karmada, with edit (if set) changing it
+// first: how a test breaks it.
+func (e *env) applyInterpreter(t *testing.T, g *WithT, edit func(*unstructured.Unstructured)) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot, "integrations", "karmada", "resourceinterpretercustomization.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	ric := &unstructured.Unstructured{}
+	g.Expect(utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(string(data)), 4096).Decode(&ric.Object)).To(Succeed())
+	if edit != nil {
+		edit(ric)
+	}
+	g.Expect(e.hub.Apply(context.Background(), client.ApplyConfigurationFromUnstructured(ric),
+		client.FieldOwner("multicluster-test"), client.ForceOwnership)).To(Succeed())
+}
+
+// propagationPolicy places the AIInference name on east and west, its
+// replicas divided by the replicas each can still take (Karmada's dynamic
+// weight by AvailableReplicas, from the interpreter's replica requirements).
+func propagationPolicy(ns, name string) *unstructured.Unstructured {
+	pp := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "policy.karmada.io/v1alpha1",
+		"kind":       "PropagationPolicy",
+		"metadata":   map[string]any{"namespace": ns, "name": name},
+		"spec": map[string]any{
+			"resourceSelectors": []any{map[string]any{"apiVersion": servingv1.GroupVersion.String(), "kind": "AIInference", "name": name}},
+			"placement": map[string]any{
+				"clusterAffinity": map[string]any{"clusterNames": []any{"east", "west"}},
+				"replicaScheduling": map[string]any{
+					"replicaSchedulingType":     "Divided",
+					"replicaDivisionPreference": "Weighted",
+					"weightPreference":          map[string]any{"dynamicWeight": "AvailableReplicas"},
+				},
+			},
+		},
+	}}
+	return pp
+}
+
+func inference(ns, name string, replicas, gpus int32) *servingv1.AIInference {
+	return &servingv1.AIInference{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: servingv1.AIInferenceSpec{
+			Model: servingv1.ModelSpec{
+				Name: name + "-model",
+				Size: ptr.To(resource.MustParse("8Gi")),
+				Source: servingv1.ModelSource{S3: &servingv1.S3Source{
+					Bucket: "models", Prefix: name + "/", Endpoint: "http://127.0.0.1:9000", PathStyle: true,
+				}},
+			},
+			Engine:   servingv1.EngineSpec{Type: servingv1.EngineVLLM},
+			GPU:      servingv1.GPUSpec{Count: gpus, Products: []string{localcluster.GPUProductH100, localcluster.GPUProductA100}},
+			Replicas: ptr.To(replicas),
+			Loading:  servingv1.LoadingSpec{Backoff: &metav1.Duration{Duration: time.Second}, MaxRetries: ptr.To[int32](2)},
+		},
+	}
+}
+
+// namespace makes a namespace on Karmada (which propagates it to every member).
+func (e *env) namespace(t *testing.T, g *WithT, name string) string {
+	t.Helper()
+	g.Expect(e.hub.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
+	return name
+}
+
+// TestKarmadaDividesAnAIInferenceByFreeGPUsAndAggregatesItsStatus applies an
+// AIInference of 5 replicas of 2 GPUs with a PropagationPolicy on Karmada.
+// east can take 8 such replicas (16 GPUs), west 2 (4 GPUs): Karmada's dynamic
+// weights divide the 5 as 4 and 1, each member's operator runs its part to
+// Ready, and the template on Karmada reads Ready with 5 ready replicas, so that
+// kubectl wait on Karmada returns.
+func TestKarmadaDividesAnAIInferenceByFreeGPUsAndAggregatesItsStatus(t *testing.T) {
+	e := setup(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	e.applyInterpreter(t, g, nil)
+	ns := e.namespace(t, g, "divided")
+	obj := inference(ns, "llama", 5, 2)
+	defer e.dump(t, ns, obj.Name)
+
+	start := time.Now()
+	g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(propagationPolicy(ns, obj.Name)),
+		client.FieldOwner("multicluster-test"))).To(Succeed())
+	g.Expect(e.hub.Create(ctx, obj)).To(Succeed())
+
+	want := map[string]int32{"east": 4, "west": 1}
+	for name, replicas := range want {
+		m := e.member(name)
+		g.Eventually(func(g Gomega) {
+			got := &servingv1.AIInference{}
+			g.Expect(m.k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+			g.Expect(got.Spec.Replicas).To(HaveValue(Equal(replicas)), "%s's share", name)
+			g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+			g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseReady), "%s: Ready condition: %+v", name, meta.FindStatusCondition(got.Status.Conditions, servingv1.ConditionReady))
+			g.Expect(got.Status.ReadyReplicas).To(Equal(replicas))
+		}).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Succeed(), "the member %s", name)
+		t.Logf("%s runs %d replicas, Ready, %s after the apply", name, replicas, time.Since(start).Round(100*time.Millisecond))
+	}
+
+	// The aggregated status on Karmada, and kubectl wait on it.
+	wait := exec.Command(e.kubectl, "--kubeconfig", e.karmada.Kubeconfig(), "-n", ns, "wait", "aiinference/"+obj.Name,
+		"--for=condition=Ready", "--timeout=120s")
+	out, err := wait.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), "kubectl wait on Karmada: %s", out)
+	t.Logf("kubectl wait --for=condition=Ready on Karmada: %s (%s after the apply)", strings.TrimSpace(string(out)), time.Since(start).Round(100*time.Millisecond))
+	got := &servingv1.AIInference{}
+	g.Expect(e.hub.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+	g.Expect(got.Status.ReadyReplicas).To(Equal(int32(5)))
+	g.Expect(got.Status.Replicas).To(Equal(int32(5)))
+	g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseReady))
+	g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+	ready := meta.FindStatusCondition(got.Status.Conditions, servingv1.ConditionReady)
+	g.Expect(ready).NotTo(BeNil())
+	g.Expect(ready.Status).To(Equal(metav1.ConditionTrue))
+	t.Logf("On Karmada: phase %s, %d/%d ready, Ready: %s (%s)", got.Status.Phase, got.Status.ReadyReplicas, got.Status.Replicas, ready.Reason, ready.Message)
+}
+
+// failoverToleration is how long an AIInference stays on a member that is
+// not Ready before Karmada evicts it (its PropagationPolicy's
+// clusterTolerations of the NoExecute taint the ClusterTaintPolicy puts on
+// such a member).
+const failoverToleration = 5 * time.Second
+
+// TestKarmadaMovesReplicasOffAStoppedMember divides an AIInference of 3
+// replicas between east and west, stops west (its operator and its whole
+// control plane), and measures how long until east runs all 3, Ready: Karmada
+// marks west not Ready after --cluster-failure-threshold (10 s), the
+// ClusterTaintPolicy taints it NoExecute, the taint manager evicts the
+// AIInference after the policy's toleration (5 s), and the scheduler gives its
+// replicas to east. It stops west: it runs last.
+func TestKarmadaMovesReplicasOffAStoppedMember(t *testing.T) {
+	e := setup(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	e.applyInterpreter(t, g, nil)
+	ns := e.namespace(t, g, "failover")
+	obj := inference(ns, "moved", 3, 2)
+	defer e.dump(t, ns, obj.Name)
+
+	taintPolicy := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "policy.karmada.io/v1alpha1",
+		"kind":       "ClusterTaintPolicy",
+		"metadata":   map[string]any{"name": "not-ready-no-execute"},
+		"spec": map[string]any{
+			"addOnConditions":    []any{map[string]any{"conditionType": "Ready", "operator": "NotIn", "statusValues": []any{"True"}}},
+			"removeOnConditions": []any{map[string]any{"conditionType": "Ready", "operator": "In", "statusValues": []any{"True"}}},
+			"taints":             []any{map[string]any{"key": "cluster.karmada.io/not-ready", "effect": "NoExecute"}},
+		},
+	}}
+	g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(taintPolicy), client.FieldOwner("multicluster-test"))).To(Succeed())
+	pp := propagationPolicy(ns, obj.Name)
+	tolerations := []any{}
+	for _, key := range []string{"cluster.karmada.io/not-ready", "cluster.karmada.io/unreachable"} {
+		tolerations = append(tolerations, map[string]any{"key": key, "operator": "Exists", "effect": "NoExecute",
+			"tolerationSeconds": int64(failoverToleration / time.Second)})
+	}
+	g.Expect(unstructured.SetNestedSlice(pp.Object, tolerations, "spec", "placement", "clusterTolerations")).To(Succeed())
+	g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(pp), client.FieldOwner("multicluster-test"))).To(Succeed())
+	g.Expect(e.hub.Create(ctx, obj)).To(Succeed())
+
+	// Both members run a part, Ready, and Karmada says so.
+	shares := map[string]int32{}
+	for _, m := range e.members {
+		g.Eventually(func(g Gomega) {
+			got := &servingv1.AIInference{}
+			g.Expect(m.k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+			g.Expect(got.Spec.Replicas).To(HaveValue(BeNumerically(">", 0)))
+			g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseReady))
+			g.Expect(got.Status.ReadyReplicas).To(Equal(*got.Spec.Replicas))
+			shares[m.name] = *got.Spec.Replicas
+		}).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Succeed(), "the member %s", m.name)
+	}
+	g.Expect(shares["east"] + shares["west"]).To(Equal(int32(3)))
+	t.Logf("Before: east runs %d, west %d", shares["east"], shares["west"])
+
+	west, east := e.member("west"), e.member("east")
+	stopped := time.Now()
+	west.operator.stop()
+	g.Expect(west.cluster.Stop()).To(Succeed())
+	t.Logf("west stopped (its operator and control plane) in %s", time.Since(stopped).Round(100*time.Millisecond))
+
+	var notReady, tainted time.Duration
+	g.Eventually(func(g Gomega) {
+		cluster := &unstructured.Unstructured{}
+		cluster.SetGroupVersionKind(localcluster.ClusterGVK)
+		g.Expect(e.hub.Get(ctx, client.ObjectKey{Name: "west"}, cluster)).To(Succeed())
+		if notReady == 0 && clusterReady(cluster) != "True" {
+			notReady = time.Since(stopped)
+		}
+		taints, _, _ := unstructured.NestedSlice(cluster.Object, "spec", "taints")
+		for _, taint := range taints {
+			if taint.(map[string]any)["effect"] == "NoExecute" && tainted == 0 {
+				tainted = time.Since(stopped)
+			}
+		}
+		got := &servingv1.AIInference{}
+		g.Expect(east.k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+		g.Expect(got.Spec.Replicas).To(HaveValue(Equal(int32(3))))
+		g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+		g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseReady))
+		g.Expect(got.Status.ReadyReplicas).To(Equal(int32(3)))
+	}).WithTimeout(3 * time.Minute).WithPolling(500 * time.Millisecond).Should(Succeed())
+	t.Logf("After west stopped: Karmada's Cluster west not Ready at %s, tainted NoExecute at %s; east runs 3 replicas, Ready, at %s",
+		notReady.Round(100*time.Millisecond), tainted.Round(100*time.Millisecond), time.Since(stopped).Round(100*time.Millisecond))
+}
+
+// clusterReady is the status of a Karmada Cluster's Ready condition.
+func clusterReady(cluster *unstructured.Unstructured) string {
+	conditions, _, _ := unstructured.NestedSlice(cluster.Object, "status", "conditions")
+	for _, c := range conditions {
+		if c, ok := c.(map[string]any); ok && c["type"] == "Ready" {
+			s, _ := c["status"].(string)
+			return s
+		}
+	}
+	return ""
+}
+
+// dump logs what Karmada made of the object (its ResourceBinding and the
+// template's status) and the members' objects, when the test failed.
+func (e *env) dump(t *testing.T, ns, name string) {
+	if !t.Failed() {
+		return
+	}
+	ctx := context.Background()
+	for _, kind := range []string{"ResourceBinding", "Work"} {
+		list := &unstructured.UnstructuredList{}
+		list.SetAPIVersion("work.karmada.io/v1alpha2")
+		if kind == "Work" {
+			list.SetAPIVersion("work.karmada.io/v1alpha1")
+		}
+		list.SetKind(kind + "List")
+		if err := e.hub.List(ctx, list); err != nil {
+			t.Logf("listing %ss: %v", kind, err)
+			continue
+		}
+		for _, item := range list.Items {
+			if kind == "ResourceBinding" && item.GetNamespace() != ns {
+				continue
+			}
+			y, _ := sigsyaml.Marshal(map[string]any{"metadata": map[string]any{"namespace": item.GetNamespace(), "name": item.GetName()}, "spec": item.Object["spec"], "status": item.Object["status"]})
+			t.Logf("%s on Karmada:\n%s", kind, y)
+		}
+	}
+	got := &servingv1.AIInference{}
+	if err := e.hub.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, got); err == nil {
+		y, _ := sigsyaml.Marshal(map[string]any{"spec.replicas": got.Spec.Replicas, "status": got.Status})
+		t.Logf("the template on Karmada:\n%s", y)
+	}
+	for _, m := range e.members {
+		if err := m.k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, got); err != nil {
+			t.Logf("%s: %v", m.name, err)
+			continue
+		}
+		y, _ := sigsyaml.Marshal(map[string]any{"spec.replicas": got.Spec.Replicas, "status": got.Status})
+		t.Logf("%s:\n%s\noperator log:\n%s", m.name, y, m.operator.logTail(20))
+	}
+	t.Logf("Karmada's logs: %s", e.karmada.LogsDir())
+}
+
+// operatorProcess is the operator binary running against a member, as the
+// e2e suite runs it.
+type operatorProcess struct {
+	name, kubeconfig, logPath string
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	logFile *os.File
+}
+
+func (o *operatorProcess) start() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	logFile, err := os.OpenFile(o.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cmd := exec.Command(operatorBin, "--leader-elect", "--leader-election-namespace=default",
+		"--metrics-bind-address=0", fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", port),
+		"--loader-image="+loaderImage)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+o.kubeconfig)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("starting the operator on %s: %w", o.name, err)
+	}
+	o.cmd, o.logFile = cmd, logFile
+	return nil
+}
+
+func (o *operatorProcess) stop() {
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-o.cmd.Process.Pid, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = o.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = syscall.Kill(-o.cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+	o.logFile.Close()
+	o.cmd = nil
+}
+
+func (o *operatorProcess) logTail(lines int) string {
+	data, err := os.ReadFile(o.logPath)
+	if err != nil {
+		return err.Error()
+	}
+	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	return strings.Join(all[max(len(all)-lines, 0):], "\n")
+}
+
+// prefixed writes progress lines to stderr behind the component's name.
+func prefixed(name string) *prefixWriter { return &prefixWriter{prefix: "[" + name + "] "} }
+
+type prefixWriter struct {
+	mu     sync.Mutex
+	prefix string
+}
+
+func (w *prefixWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, line := range strings.SplitAfter(string(p), "\n") {
+		if line != "" {
+			fmt.Fprint(os.Stderr, w.prefix+line)
+		}
+	}
+	return len(p), nil
+}
