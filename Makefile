@@ -82,7 +82,7 @@ REQUIRE_REAL_NODE ?= 0
 
 .PHONY: tools
 tools: ## Build (or reuse) every real binary and image the tests need (a real node's where the host can run one)
-	hack/tools/build.sh envtest cluster s3 registry images helm keda lws >/dev/null
+	hack/tools/build.sh envtest cluster s3 registry images helm keda lws karmada >/dev/null
 	if [ "$(REQUIRE_REAL_NODE)" = 1 ] || hack/real-node-host.sh 2>/dev/null; then hack/tools/build.sh node traefik netpol >/dev/null; fi
 	if [ "$$(id -u)" = 0 ] || command -v promtool >/dev/null; then hack/tools/build.sh promtool >/dev/null; fi
 
@@ -98,8 +98,8 @@ TEST_LDFLAGS ?= -w
 # promtool checks without root to install promtool) is skipped and named at the
 # end; REQUIRE_REAL_NODE=1 runs the real-node tests anyway, which then fail and
 # name the missing piece. vet and the image builder's tests run beside the
-# packages without a local cluster; the two packages that start local clusters
-# (kwok and real nodes) run after them, alone: beside the router's and the
+# packages without a local cluster; the three packages that start local
+# clusters (kwok and real nodes; Karmada and its members) run after them, alone: beside the router's and the
 # routing bench's simulators, real-node pods went a minute without an address
 # and a restarted kube-apiserver died (TestRealNodeModelCacheFaults,
 # TestRealNodeFailureReasons, TestChaosOperatorKilledWhileItWorks failed in
@@ -113,16 +113,13 @@ test: tools ## Everything CI runs: vet, unit, envtest integration, loader, end-t
 	if ! command -v promtool >/dev/null; then \
 		skipped+=("the promtool checks (metric names, alert rules, dashboard queries): promtool is not installed, and installing it (apt-get install prometheus) needs root"); \
 	fi; \
-	if [ "$$KARMADA_E2E" != 1 ]; then \
-		skipped+=("the Karmada tests (test/multicluster: members joined to a real Karmada): make test-karmada runs them, building Karmada first (about 20 minutes once on 2 cores); KARMADA_E2E=1 runs them here once it is built"); \
-	fi; \
 	for s in "$${skipped[@]}"; do echo "make test: skipping $$s" >&2; done; \
 	go vet ./... & vet=$$!; \
 	(cd hack/images && go test ./... -count=1 -timeout 5m) & images=$$!; \
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -p $(TEST_PARALLEL) -ldflags='$(TEST_LDFLAGS)' $$(go list ./... | grep -v -e '/test/e2e$$' -e '/test/localcluster$$') -count=1 -timeout 30m || status=1; \
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -p $(TEST_PARALLEL) -ldflags='$(TEST_LDFLAGS)' $$(go list ./... | grep -v -e '/test/e2e$$' -e '/test/localcluster$$' -e '/test/multicluster$$') -count=1 -timeout 30m || status=1; \
 	wait $$vet || status=1; \
 	wait $$images || status=1; \
-	LOCALCLUSTER_REAL_NODE=$$real_node KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -p $(TEST_PARALLEL) -ldflags='$(TEST_LDFLAGS)' ./test/e2e ./test/localcluster -count=1 -timeout 45m || status=1; \
+	LOCALCLUSTER_REAL_NODE=$$real_node KARMADA_E2E=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -p $(TEST_PARALLEL) -ldflags='$(TEST_LDFLAGS)' ./test/e2e ./test/localcluster ./test/multicluster -count=1 -timeout 45m || status=1; \
 	for s in "$${skipped[@]}"; do echo "make test: SKIPPED $$s" >&2; done; \
 	exit $$status
 
