@@ -48,10 +48,10 @@ func TestChaosOperatorKilledWhileItWorks(t *testing.T) {
 	}
 
 	first, second := e.operator("chaos-1", e.cluster.Kubeconfig()), e.operator("chaos-2", e.cluster.Kubeconfig())
-	g.Expect(first.start()).To(Succeed())
-	defer first.stop()
-	g.Expect(second.start()).To(Succeed())
-	defer second.stop()
+	g.Expect(first.Start()).To(Succeed())
+	defer first.Stop()
+	g.Expect(second.Start()).To(Succeed())
+	defer second.Stop()
 	replicas := []*operatorProcess{first, second}
 
 	statuses := e.watchStatuses(t, ctx, ns)
@@ -70,9 +70,9 @@ func TestChaosOperatorKilledWhileItWorks(t *testing.T) {
 			case <-time.After(time.Duration(5+rand.IntN(26)) * time.Second):
 			}
 			victim := replicas[rand.IntN(len(replicas))]
-			victim.kill()
+			victim.Kill()
 			kills++
-			if err := victim.start(); err != nil {
+			if err := victim.Start(); err != nil {
 				t.Errorf("restarting a killed operator replica: %v", err)
 				return
 			}

@@ -57,9 +57,9 @@ func TestChartCertManagerModeNeedsNoCertificatePermissions(t *testing.T) {
 		"--webhooks", "--webhook-cert-mode=cert-manager",
 		"--webhook-cert-dir="+certDir, "--webhook-port="+strconv.Itoa(port), "--webhook-namespace="+release)
 	t.Logf("Ready %.1f s after creation, reconciled with the chart's cert-manager-mode permissions only", took.Seconds())
-	g.Eventually(func() string { return charted.logTail(300) }).WithTimeout(10*time.Second).Should(ContainSubstring("Serving webhook server"),
+	g.Eventually(func() string { return charted.LogTail(300) }).WithTimeout(10*time.Second).Should(ContainSubstring("Serving webhook server"),
 		"the webhook server did not start on the mounted certificate")
-	g.Expect(charted.logTail(300)).NotTo(ContainSubstring("forbidden"), "the operator hit a permission cert-manager mode lacks")
+	g.Expect(charted.LogTail(300)).NotTo(ContainSubstring("forbidden"), "the operator hit a permission cert-manager mode lacks")
 }
 
 // writeSelfSignedCert writes tls.crt and tls.key for host into dir, as the

@@ -35,7 +35,7 @@ func TestChartInstallsAndItsPermissionsServe(t *testing.T) {
 
 	charted, took := e.serveAsChart(t, g, "chart", release, workloads, "charted")
 	t.Logf("Ready %.1f s after creation, reconciled with the chart's permissions only", took.Seconds())
-	g.Expect(strings.Contains(charted.logTail(300), "forbidden")).To(BeFalse(), "the operator hit a permission the chart lacks:\n%s", charted.logTail(30))
+	g.Expect(strings.Contains(charted.LogTail(300), "forbidden")).To(BeFalse(), "the operator hit a permission the chart lacks:\n%s", charted.LogTail(30))
 }
 
 // createChart renders the Helm chart (helm v4 from the tool cache) as release
@@ -87,8 +87,8 @@ func (e *env) serveAsChart(t *testing.T, g *WithT, name, release, workloads, sam
 	t.Helper()
 	charted := e.operator(name, e.tokenKubeconfig(t, g, release, "aiinference-controller-manager"),
 		append([]string{"--leader-election-namespace=" + release}, args...)...)
-	g.Expect(charted.start()).To(Succeed())
-	t.Cleanup(charted.stop)
+	g.Expect(charted.Start()).To(Succeed())
+	t.Cleanup(charted.Stop)
 	obj := inference(workloads, sample, 1, localcluster.GPUProductL4)
 	g.Expect(e.k8s.Create(context.Background(), obj)).To(Succeed())
 	start := time.Now()

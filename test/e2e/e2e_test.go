@@ -286,8 +286,8 @@ func TestOperatorRestartConverges(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	operator := e.operator("restart", e.cluster.Kubeconfig())
-	g.Expect(operator.start()).To(Succeed())
-	defer operator.stop()
+	g.Expect(operator.Start()).To(Succeed())
+	defer operator.Stop()
 	ns := e.newNamespace(t)
 	first := inference(ns, "first", 1, localcluster.GPUProductL4)
 	second := inference(ns, "second", 1, localcluster.GPUProductL4)
@@ -296,9 +296,9 @@ func TestOperatorRestartConverges(t *testing.T) {
 
 	// Kill the operator mid-flight: an object created and one changed while it is down.
 	g.Expect(e.k8s.Create(ctx, second)).To(Succeed())
-	operator.kill()
+	operator.Kill()
 	e.update(g, first, func(o *servingv1.AIInference) { o.Spec.Replicas = ptr.To[int32](2) })
-	g.Expect(operator.start()).To(Succeed())
+	g.Expect(operator.Start()).To(Succeed())
 
 	e.waitFor(t, g, first, 2*readyTimeout, beReady(2))
 	e.waitFor(t, g, second, 2*readyTimeout, beReady(1))

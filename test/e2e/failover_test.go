@@ -41,11 +41,11 @@ func TestFailoverToTheStandbyReplica(t *testing.T) {
 	}
 	leader, leaderMetrics := replica("a")
 	standby, standbyMetrics := replica("b")
-	g.Expect(leader.start()).To(Succeed())
-	defer leader.stop()
+	g.Expect(leader.Start()).To(Succeed())
+	defer leader.Stop()
 	g.Eventually(func() (bool, error) { return leads(leaderMetrics) }).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(BeTrue())
-	g.Expect(standby.start()).To(Succeed())
-	defer standby.stop()
+	g.Expect(standby.Start()).To(Succeed())
+	defer standby.Stop()
 	g.Eventually(func() error { _, err := leads(standbyMetrics); return err }).WithTimeout(30 * time.Second).Should(Succeed())
 	g.Expect(leads(standbyMetrics)).To(BeFalse(), "two leaders")
 
@@ -61,7 +61,7 @@ func TestFailoverToTheStandbyReplica(t *testing.T) {
 	g.Expect(e.k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: obj.Name + "-loader"}, cm)).To(Succeed())
 
 	killed := time.Now()
-	leader.kill()
+	leader.Kill()
 	e.update(g, obj, func(o *servingv1.AIInference) { o.Spec.Replicas = ptr.To[int32](2) })
 	g.Eventually(func() (bool, error) { return leads(standbyMetrics) }).WithTimeout(60 * time.Second).WithPolling(100 * time.Millisecond).Should(BeTrue())
 	takeover := time.Since(killed)

@@ -98,9 +98,9 @@ tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
 
 	// Only the operator in the pod acts meanwhile: the suite's leads through
 	// another lease.
-	op.stop()
+	op.Stop()
 	t.Cleanup(func() {
-		if err := op.start(); err != nil {
+		if err := op.Start(); err != nil {
 			t.Errorf("restarting the suite's operator: %v", err)
 		}
 	})

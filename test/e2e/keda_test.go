@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -30,6 +29,7 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/test/localcluster"
+	"github.com/aiinference/operator/test/testutil"
 )
 
 // The bring-your-own autoscaler: KEDA's operator (v2.20.2, built from its Go
@@ -309,7 +309,7 @@ func dumpScaledObjects(t *testing.T, ns string) {
 func kedaOperator(t *testing.T) (bin, moduleDir string) {
 	t.Helper()
 	toolsDir := filepath.Join(repoRoot, "hack", "tools", "keda")
-	version, err := requiredVersion(filepath.Join(toolsDir, "go.mod"), kedaModule)
+	version, err := testutil.RequiredVersion(filepath.Join(toolsDir, "go.mod"), kedaModule)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,23 +337,6 @@ func kedaOperator(t *testing.T) (bin, moduleDir string) {
 		t.Fatalf("finding KEDA's module: %v: %s", err, out)
 	}
 	return bin, mod.Dir
-}
-
-// requiredVersion is the version of module that a go.mod requires.
-func requiredVersion(gomod, module string) (string, error) {
-	f, err := os.Open(gomod)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	scanner := bufio.NewScanner(f)
-	for scanner.Scan() {
-		fields := strings.Fields(strings.TrimPrefix(strings.TrimSpace(scanner.Text()), "require "))
-		if len(fields) >= 2 && fields[0] == module && strings.HasPrefix(fields[1], "v") {
-			return fields[1], nil
-		}
-	}
-	return "", fmt.Errorf("%s requires no version of %s", gomod, module)
 }
 
 // installKEDACRDs applies KEDA's CRDs (config/crd/bases of its module) server-side,

@@ -66,8 +66,8 @@ func TestNamespaceModeWithRolesOnly(t *testing.T) {
 	kubeconfig := e.tokenKubeconfig(t, g, home, sa.Name)
 
 	scoped := e.operator("namespaced", kubeconfig, "--watch-namespaces="+watched, "--leader-election-namespace="+home)
-	g.Expect(scoped.start()).To(Succeed())
-	defer scoped.stop()
+	g.Expect(scoped.Start()).To(Succeed())
+	defer scoped.Stop()
 
 	inside := inference(watched, "scoped", 1, localcluster.GPUProductL4)
 	outside := inference(elsewhere, "scoped", 1, localcluster.GPUProductL4)
@@ -80,7 +80,7 @@ func TestNamespaceModeWithRolesOnly(t *testing.T) {
 	got := &servingv1.AIInference{}
 	g.Expect(e.k8s.Get(ctx, client.ObjectKeyFromObject(outside), got)).To(Succeed())
 	g.Expect(got.Status.Phase).To(BeEmpty(), "the object outside the watched namespace was reconciled")
-	g.Expect(scoped.logTail(200)).NotTo(ContainSubstring("forbidden"), "the operator hit a permission it lacks")
+	g.Expect(scoped.LogTail(200)).NotTo(ContainSubstring("forbidden"), "the operator hit a permission it lacks")
 }
 
 // tokenKubeconfig writes a kubeconfig for the cluster that holds a token of the

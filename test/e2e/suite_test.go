@@ -19,7 +19,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -32,7 +31,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -50,6 +48,7 @@ import (
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/manager"
 	"github.com/aiinference/operator/test/localcluster"
+	"github.com/aiinference/operator/test/operatorproc"
 	"github.com/aiinference/operator/test/testutil"
 )
 
@@ -188,12 +187,12 @@ func run(m *testing.M) int {
 	op = shared.operator("suite", cluster.Kubeconfig(), "--autoscale-interval=2s",
 		"--activator-bind-address="+activatorAddr, "--activator-advertise-address="+activatorIP,
 		"--router-service="+routerService)
-	op.env = []string{"POD_NAMESPACE=" + operatorNamespace}
-	if err := op.start(); err != nil {
+	op.Env = []string{"POD_NAMESPACE=" + operatorNamespace}
+	if err := op.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer op.stop()
+	defer op.Stop()
 	return m.Run()
 }
 
@@ -265,7 +264,7 @@ func (e *env) stop() {
 	operators := e.operators
 	e.mu.Unlock()
 	for _, o := range operators {
-		o.stop()
+		o.Stop()
 	}
 	_ = e.cluster.Stop()
 }
@@ -371,107 +370,16 @@ func (l *lazyEnv) stop() {
 // operator is an operator process for the cluster, run with kubeconfig, its log
 // named after name; the dumps show its log.
 func (e *env) operator(name, kubeconfig string, extraArgs ...string) *operatorProcess {
-	o := &operatorProcess{name: name, bin: operatorBin, kubeconfig: kubeconfig, loaderImage: loaderImage,
-		logPath: filepath.Join(workDir, e.name+"-operator-"+name+".log"), extraArgs: extraArgs}
+	o := &operatorProcess{Name: name, Bin: operatorBin, Kubeconfig: kubeconfig, LoaderImage: loaderImage,
+		LogPath: filepath.Join(workDir, e.name+"-operator-"+name+".log"), ExtraArgs: extraArgs}
 	e.mu.Lock()
 	e.operators = append(e.operators, o)
 	e.mu.Unlock()
 	return o
 }
 
-// operatorProcess is the operator binary running against a local cluster, as a
-// user would run it with `make run`.
-type operatorProcess struct {
-	name, bin, kubeconfig, logPath, loaderImage string
-	extraArgs                                   []string // after the usual ones, so they win
-	env                                         []string // added to the test's environment
-
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	logFile *os.File
-}
-
-func (o *operatorProcess) start() error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	logFile, err := os.OpenFile(o.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(o.bin, "--leader-elect", "--leader-election-namespace=default",
-		"--metrics-bind-address=0", fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", port),
-		"--loader-image="+o.loaderImage)
-	cmd.Args = append(cmd.Args, o.extraArgs...)
-	cmd.Env = append(append(os.Environ(), "KUBECONFIG="+o.kubeconfig), o.env...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return fmt.Errorf("starting the operator: %w", err)
-	}
-	o.cmd, o.logFile = cmd, logFile
-	return nil
-}
-
-// kill ends the operator at once, as a crash or an OOM kill would: no clean
-// hand-over of the leader lease.
-func (o *operatorProcess) kill() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.cmd == nil {
-		return
-	}
-	_ = syscall.Kill(-o.cmd.Process.Pid, syscall.SIGKILL)
-	_ = o.cmd.Wait()
-	o.logFile.Close()
-	o.cmd = nil
-}
-
-func (o *operatorProcess) stop() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.cmd == nil {
-		return
-	}
-	_ = syscall.Kill(-o.cmd.Process.Pid, syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = o.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		_ = syscall.Kill(-o.cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-	}
-	o.logFile.Close()
-	o.cmd = nil
-}
-
-func (o *operatorProcess) logTail(lines int) string { return o.logLines("", lines) }
-
-// logLines is the last lines of the operator's log that name the namespace or
-// are errors (every line when namespace is empty): what a failed test needs
-// to see of a log that other tests also write to.
-func (o *operatorProcess) logLines(namespace string, lines int) string {
-	f, err := os.Open(o.logPath)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	var all []string
-	scanner := bufio.NewScanner(f)
-	scanner.Buffer(make([]byte, 1<<20), 1<<20)
-	for scanner.Scan() {
-		line := scanner.Text()
-		if namespace == "" || strings.Contains(line, namespace) || strings.Contains(line, `"level":"error"`) {
-			all = append(all, line)
-		}
-	}
-	return strings.Join(all[max(len(all)-lines, 0):], "\n")
-}
+// operatorProcess is the operator binary running against a local cluster.
+type operatorProcess = operatorproc.Process
 
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -597,8 +505,8 @@ func (e *env) dump(t *testing.T, ns string) {
 	operators := e.operators
 	e.mu.Unlock()
 	for _, o := range operators {
-		t.Logf("Log of the %s operator, lines about namespace %s and errors:\n%s", o.name, ns, o.logLines(ns, 200))
-		t.Logf("Log of the %s operator (last 150 lines; the cluster's other tests' objects too):\n%s", o.name, o.logTail(150))
+		t.Logf("Log of the %s operator, lines about namespace %s and errors:\n%s", o.Name, ns, o.LogLines(ns, 200))
+		t.Logf("Log of the %s operator (last 150 lines; the cluster's other tests' objects too):\n%s", o.Name, o.LogTail(150))
 	}
 }
 

@@ -15,17 +15,14 @@
 package multicluster
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -46,6 +43,7 @@ import (
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/manager"
 	"github.com/aiinference/operator/test/localcluster"
+	"github.com/aiinference/operator/test/operatorproc"
 	"github.com/aiinference/operator/test/testutil"
 )
 
@@ -89,7 +87,7 @@ type member struct {
 	name     string
 	cluster  *localcluster.Cluster
 	k8s      client.Client
-	operator *operatorProcess
+	operator *operatorproc.Process
 }
 
 func (e *env) member(name string) *member {
@@ -104,7 +102,7 @@ func (e *env) member(name string) *member {
 func (e *env) stop() {
 	var stops []func()
 	for _, m := range e.members {
-		stops = append(stops, m.operator.stop, func() { _ = m.cluster.Stop() })
+		stops = append(stops, m.operator.Stop, func() { _ = m.cluster.Stop() })
 	}
 	if e.karmada != nil {
 		stops = append(stops, func() { _ = e.karmada.Stop() })
@@ -231,8 +229,9 @@ func startEnv() (_ *env, err error) {
 		if err := testutil.InstallCRDs(ctx, m.k8s, crd); err != nil {
 			return e, fmt.Errorf("installing the CRD on %s: %w", m.name, err)
 		}
-		m.operator = &operatorProcess{name: m.name, kubeconfig: m.cluster.Kubeconfig(), logPath: filepath.Join(workDir, m.name+"-operator.log")}
-		if err := m.operator.start(); err != nil {
+		m.operator = &operatorproc.Process{Name: m.name, Bin: operatorBin, Kubeconfig: m.cluster.Kubeconfig(), LoaderImage: loaderImage,
+			LogPath: filepath.Join(workDir, m.name+"-operator.log")}
+		if err := m.operator.Start(); err != nil {
 			return e, err
 		}
 		if err := e.karmada.Join(ctx, m.name, m.cluster); err != nil {
@@ -245,7 +244,7 @@ func startEnv() (_ *env, err error) {
 // karmadaBinDir is the folder hack/tools/build.sh karmada fills, which must
 // hold its binaries: a missing one fails, naming the command that builds it.
 func karmadaBinDir() (string, error) {
-	version, err := requiredVersion(filepath.Join(repoRoot, "hack", "tools", "karmada", "go.mod"), "github.com/karmada-io/karmada")
+	version, err := testutil.RequiredVersion(filepath.Join(repoRoot, "hack", "tools", "karmada", "go.mod"), "github.com/karmada-io/karmada")
 	if err != nil {
 		return "", err
 	}
@@ -264,23 +263,6 @@ func karmadaBinDir() (string, error) {
 		}
 	}
 	return dir, nil
-}
-
-// requiredVersion is the version of module that a go.mod requires.
-func requiredVersion(gomod, module string) (string, error) {
-	f, err := os.Open(gomod)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	scanner := bufio.NewScanner(f)
-	for scanner.Scan() {
-		fields := strings.Fields(strings.TrimPrefix(strings.TrimSpace(scanner.Text()), "require "))
-		if len(fields) >= 2 && fields[0] == module {
-			return fields[1], nil
-		}
-	}
-	return "", fmt.Errorf("%s does not require %s", gomod, module)
 }
 
 // applyInterpreter applies integrations/karmada's
@@ -460,7 +442,7 @@ func TestKarmadaMovesReplicasOffAStoppedMember(t *testing.T) {
 
 	west, east := e.member("west"), e.member("east")
 	stopped := time.Now()
-	west.operator.stop()
+	west.operator.Stop()
 	g.Expect(west.cluster.Stop()).To(Succeed())
 	t.Logf("west stopped (its operator and control plane) in %s", time.Since(stopped).Round(100*time.Millisecond))
 
@@ -538,77 +520,9 @@ func (e *env) dump(t *testing.T, ns, name string) {
 			continue
 		}
 		y, _ := sigsyaml.Marshal(map[string]any{"spec.replicas": got.Spec.Replicas, "status": got.Status})
-		t.Logf("%s:\n%s\noperator log:\n%s", m.name, y, m.operator.logTail(20))
+		t.Logf("%s:\n%s\noperator log:\n%s", m.name, y, m.operator.LogTail(20))
 	}
 	t.Logf("Karmada's logs: %s", e.karmada.LogsDir())
-}
-
-// operatorProcess is the operator binary running against a member, as the
-// e2e suite runs it.
-type operatorProcess struct {
-	name, kubeconfig, logPath string
-
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	logFile *os.File
-}
-
-func (o *operatorProcess) start() error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	logFile, err := os.OpenFile(o.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	cmd := exec.Command(operatorBin, "--leader-elect", "--leader-election-namespace=default",
-		"--metrics-bind-address=0", fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", port),
-		"--loader-image="+loaderImage)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+o.kubeconfig)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return fmt.Errorf("starting the operator on %s: %w", o.name, err)
-	}
-	o.cmd, o.logFile = cmd, logFile
-	return nil
-}
-
-func (o *operatorProcess) stop() {
-	if o == nil {
-		return
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.cmd == nil {
-		return
-	}
-	_ = syscall.Kill(-o.cmd.Process.Pid, syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = o.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		_ = syscall.Kill(-o.cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-	}
-	o.logFile.Close()
-	o.cmd = nil
-}
-
-func (o *operatorProcess) logTail(lines int) string {
-	data, err := os.ReadFile(o.logPath)
-	if err != nil {
-		return err.Error()
-	}
-	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	return strings.Join(all[max(len(all)-lines, 0):], "\n")
 }
 
 // prefixed writes progress lines to stderr behind the component's name.
