@@ -14,9 +14,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -399,7 +399,7 @@ func TestWhyNamesTheMemberThatBlocksAGroup(t *testing.T) {
 	groups := &lwsv1.LeaderWorkerSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: obj.GroupSetName()},
 		Spec: lwsv1.LeaderWorkerSetSpec{Replicas: ptr.To[int32](2), StartupPolicy: lwsv1.LeaderCreatedStartupPolicy,
 			RolloutStrategy: lwsv1.RolloutStrategy{Type: lwsv1.RollingUpdateStrategyType}, LeaderWorkerTemplate: lwsv1.LeaderWorkerTemplate{
-			Size: ptr.To[int32](2), LeaderTemplate: template.DeepCopy(), WorkerTemplate: template}}}
+				Size: ptr.To[int32](2), LeaderTemplate: template.DeepCopy(), WorkerTemplate: template}}}
 	must(t, ctrlRef(obj, groups))
 	must(t, k8s.Create(ctx, groups))
 

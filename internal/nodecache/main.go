@@ -96,9 +96,9 @@ func Main(args []string, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	q, err := resource.ParseQuantity(*budget)
+	q, err := nodecachespec.ParseBudget(*budget)
 	if err != nil {
-		fmt.Fprintf(stderr, "--budget %q: %v\n", *budget, err)
+		fmt.Fprintf(stderr, "--budget: %v\n", err)
 		return 2
 	}
 	o.Budget = q

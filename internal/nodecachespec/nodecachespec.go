@@ -7,6 +7,9 @@ package nodecachespec
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // DriverName is the CSI driver's name: the pods' volumes and the CSIDriver
@@ -78,4 +81,18 @@ type Report struct {
 	// Omitted counts the copies left out to keep the report within its bound
 	// (idle copies, least recently used first).
 	Omitted int `json:"omitted,omitempty"`
+}
+
+// ParseBudget reads a node's cache budget, a quantity of bytes above zero
+// (for example 500Gi). A budget of zero or less would hold no copy, and every
+// pod on the node would wait for room that never comes.
+func ParseBudget(s string) (resource.Quantity, error) {
+	q, err := resource.ParseQuantity(s)
+	if err != nil {
+		return q, fmt.Errorf("%q is not a quantity of bytes (for example 500Gi): %w", s, err)
+	}
+	if q.Sign() <= 0 {
+		return q, fmt.Errorf("%q holds no model: give a size above zero (for example 500Gi)", s)
+	}
+	return q, nil
 }

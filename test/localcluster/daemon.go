@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/resource"
+	"github.com/aiinference/operator/internal/nodecachespec"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -254,8 +254,8 @@ func Up(ctx context.Context, opts UpOptions) (*State, error) {
 		args = append(args, "--network-policy", "--network-policy-bin-dir", dir, "--repo-root", root)
 	}
 	if opts.ModelCacheBudget != "" {
-		if _, err := resource.ParseQuantity(opts.ModelCacheBudget); err != nil {
-			return nil, fmt.Errorf("--model-cache %q is not a quantity of bytes (for example 2Gi): %w", opts.ModelCacheBudget, err)
+		if _, err := nodecachespec.ParseBudget(opts.ModelCacheBudget); err != nil {
+			return nil, fmt.Errorf("--model-cache: %w", err)
 		}
 		fmt.Fprintln(out, "Building the node cache's plugin (model-loader) for the host")
 		binary := filepath.Join(opts.StateDir, "bin", "model-loader")
