@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -21,6 +22,7 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/loadspec"
+	"github.com/aiinference/operator/internal/nodecachespec"
 	"github.com/aiinference/operator/test/localcluster"
 	"github.com/aiinference/operator/test/s3test"
 )
@@ -68,10 +70,9 @@ func enginesAdapters(g Gomega, pod corev1.Pod) map[string]string {
 	return out
 }
 
-// checkAdapterOnHost reads, on the host, the folder a pod's engine was told
-// to load an adapter from, and compares each file with the store's copy; the
-// loader's complete marker must name a real check for each.
-func checkAdapterOnHost(g Gomega, store *localcluster.ObjectStore, pod corev1.Pod, enginePath string, spec servingv1.AdapterSpec) {
+// inPodCache is, on the host, the folder a pod's engine was told to load an
+// adapter from, in the pod's own cache volume (an emptyDir).
+func inPodCache(g Gomega, pod corev1.Pod, enginePath string) string {
 	var nodeDir string
 	for _, n := range cluster.RealNodes() {
 		if n.Name == pod.Spec.NodeName {
@@ -80,10 +81,16 @@ func checkAdapterOnHost(g Gomega, store *localcluster.ObjectStore, pod corev1.Po
 	}
 	g.Expect(nodeDir).NotTo(BeEmpty(), "pod %s is on no real node", pod.Name)
 	g.Expect(enginePath).To(HavePrefix("/models/" + loadspec.AdaptersDir + "/"))
-	onHost := filepath.Join(nodeDir, "kubelet", "pods", string(pod.UID), "volumes", "kubernetes.io~empty-dir", "model-cache", strings.TrimPrefix(enginePath, "/models"))
+	return filepath.Join(nodeDir, "kubelet", "pods", string(pod.UID), "volumes", "kubernetes.io~empty-dir", "model-cache", strings.TrimPrefix(enginePath, "/models"))
+}
+
+// checkAdapterOnHost reads, on the host, the folder onHost an engine was told
+// to load an adapter from, and compares each file with the store's copy; the
+// loader's complete marker must name a real check for each.
+func checkAdapterOnHost(g Gomega, store *localcluster.ObjectStore, onHost string, spec servingv1.AdapterSpec) {
 	for _, f := range adapterFiles {
 		got, err := os.ReadFile(filepath.Join(onHost, f.Path))
-		g.Expect(err).NotTo(HaveOccurred(), "the engine was told to load %s", enginePath)
+		g.Expect(err).NotTo(HaveOccurred(), "the engine was told to load %s", onHost)
 		want, err := os.ReadFile(filepath.Join(store.Root, store.Bucket, spec.Source.S3.Prefix, f.Path))
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(sha256.Sum256(got)).To(Equal(sha256.Sum256(want)), "%s of adapter %s differs from the store's", f.Path, spec.Name)
@@ -198,14 +205,14 @@ func TestRealNodeAdaptersLoadWithoutRestart(t *testing.T) {
 	})
 	pod := oneServingPod(g, obj)[0]
 	firstAnswer(g, pod, sql.Name, time.Now(), 10*time.Second)
-	checkAdapterOnHost(g, store, pod, enginesAdapters(g, pod)[sql.Name], sql)
+	checkAdapterOnHost(g, store, inPodCache(g, pod, enginesAdapters(g, pod)[sql.Name]), sql)
 	load := startBaseLoad(serviceURL(g, obj), obj.Spec.Model.Name)
 
 	// Added at run time: served by the running replica, no restart.
 	added := time.Now()
 	update(g, obj, func(o *servingv1.AIInference) { o.Spec.Adapters = append(o.Spec.Adapters, chat) })
 	runtimeLoad := firstAnswer(g, pod, chat.Name, added, time.Minute)
-	checkAdapterOnHost(g, store, pod, enginesAdapters(g, pod)[chat.Name], chat)
+	checkAdapterOnHost(g, store, inPodCache(g, pod, enginesAdapters(g, pod)[chat.Name]), chat)
 	after := &corev1.Pod{}
 	g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(&pod), after)).To(Succeed())
 	g.Expect(after.UID).To(Equal(pod.UID))
@@ -267,7 +274,7 @@ func TestRealNodeAdaptersLoadWithoutRestart(t *testing.T) {
 	}).WithTimeout(realReadyTimeout).WithPolling(100 * time.Millisecond).Should(Succeed())
 	rollingRestart := firstAnswer(g, newPod, docs.Name, restarted, 30*time.Second)
 	g.Expect(enginesAdapters(g, newPod)).To(And(HaveKey(chat.Name), HaveKey(docs.Name)), "a replica that starts later comes up with every adapter")
-	checkAdapterOnHost(g, store, newPod, enginesAdapters(g, newPod)[docs.Name], docs)
+	checkAdapterOnHost(g, store, inPodCache(g, newPod, enginesAdapters(g, newPod)[docs.Name]), docs)
 	waitFor(t, g, obj, realReadyTimeout, func(g Gomega, got *servingv1.AIInference) {
 		beReady(1)(g, got)
 		adaptersReady(g, got)
@@ -279,4 +286,104 @@ func TestRealNodeAdaptersLoadWithoutRestart(t *testing.T) {
 	g.Expect(failed).To(BeZero(), "first failure: %v", first)
 	g.Expect(ok).To(BeNumerically(">", 20))
 	g.Expect(runtimeLoad).To(BeNumerically("<", rollingRestart), "loading at run time must beat a restart")
+}
+
+// TestRealNodeAdaptersThroughTheRouterAndTheNodeCache: a routed model on the
+// node cache with an adapter. Through its Service and the router, a request
+// for the adapter reaches the replica serving it; one for an adapter that no
+// replica could load is answered by the router (503, Retry-After) and never
+// reaches an engine (which would answer 404); /v1/models lists the adapter.
+// The adapter is fetched once into the node's copy of the model, whole and
+// verified, and a replica started later on the node serves it from there,
+// with no further read of the store.
+func TestRealNodeAdaptersThroughTheRouterAndTheNodeCache(t *testing.T) {
+	// A router pod on each real node and one replica.
+	g, store, obj := startRealNodeTest(t, 3, "adapters-routed")
+	modelCacheSerial.Lock()
+	defer modelCacheSerial.Unlock()
+	caches := startModelCache(t)
+	installRouter(t, g)
+	ctx := context.Background()
+
+	node := caches[0]
+	sql := uploadAdapter(g, store, obj, "sql-lora", 600)
+	obj.Spec.Adapters = []servingv1.AdapterSpec{sql}
+	obj.Spec.Routing = &servingv1.RoutingSpec{Enabled: true}
+	obj.Spec.Cache = &servingv1.CacheSpec{Type: servingv1.CacheNode}
+	obj.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node.Node}
+	obj.Spec.Engine.Env = []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}
+	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
+	waitFor(t, g, obj, realReadyTimeout, func(g Gomega, got *servingv1.AIInference) {
+		beReady(1)(g, got)
+		adaptersReady(g, got)
+	})
+	pod := oneServingPod(g, obj)[0]
+	url := serviceURL(g, obj)
+	newConnections := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+	// Through the router, to the replica that serves the adapter.
+	for i := range 5 {
+		a, err := routedComplete(newConnections, url, sql.Name, fmt.Sprintf("SELECT %d", i))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(a.pod).To(Equal(pod.Name))
+	}
+	models, err := listModels(newConnections, url)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(models).To(ContainElements(obj.Spec.Model.Name, sql.Name))
+
+	// In the node's copy: whole and verified.
+	key := nodecachespec.Key(obj.Namespace, "s3://"+store.Bucket+"/"+obj.Spec.Model.Source.S3.Prefix, store.Endpoint)
+	inNodeCopy := func(p corev1.Pod) string {
+		path := enginesAdapters(g, p)[sql.Name]
+		g.Expect(path).To(HavePrefix("/models/" + loadspec.AdaptersDir + "/"))
+		return filepath.Join(node.Dir, "models", key, strings.TrimPrefix(path, "/models"))
+	}
+	checkAdapterOnHost(g, store, inNodeCopy(pod), sql)
+	gets, err := store.ObjectGets(store.Bucket, sql.Source.S3.Prefix)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(gets).To(Equal(len(adapterFiles)), "the store serves the adapter once")
+
+	// An adapter no replica can load: the router answers for it, the engine
+	// never sees it.
+	broken := sql
+	broken.Name = "broken-lora"
+	broken.Source.S3 = broken.Source.S3.DeepCopy()
+	broken.Source.S3.Prefix = "adapters/none/"
+	update(g, obj, func(o *servingv1.AIInference) { o.Spec.Adapters = append(o.Spec.Adapters, broken) })
+	waitFor(t, g, obj, time.Minute, func(g Gomega, got *servingv1.AIInference) {
+		f := adapterStatus(got, broken.Name).LastFailure
+		g.Expect(f).NotTo(BeNil())
+		g.Expect(f.Reason).To(Equal(loadspec.ReasonNotFound))
+	})
+	for range 5 {
+		_, err := postCompletion(newConnections, url, "", broken.Name, "SELECT 1")
+		var refused *statusError
+		g.Expect(errors.As(err, &refused)).To(BeTrue(), "a request for %s: %v", broken.Name, err)
+		g.Expect(refused.status).To(Equal(http.StatusServiceUnavailable), refused.Error())
+		g.Expect(refused.retryAfter).NotTo(BeEmpty(), "503 without Retry-After")
+		g.Expect(refused.body).To(ContainSubstring("has loaded adapter " + broken.Name))
+	}
+	_, err = routedComplete(newConnections, url, sql.Name, "SELECT 2")
+	g.Expect(err).NotTo(HaveOccurred(), "the adapter that loaded still serves")
+
+	// A replica started later on the node serves the adapter from the node's
+	// copy: the store is not read again.
+	update(g, obj, func(o *servingv1.AIInference) { o.Spec.Adapters = []servingv1.AdapterSpec{sql} })
+	g.Expect(k8s.Delete(ctx, &pod, client.GracePeriodSeconds(0))).To(Succeed())
+	var next corev1.Pod
+	g.Eventually(func(g Gomega) {
+		pods := servingPods(g, obj)
+		g.Expect(pods).To(HaveLen(1))
+		g.Expect(pods[0].UID).NotTo(Equal(pod.UID))
+		next = pods[0]
+	}).WithTimeout(realReadyTimeout).WithPolling(250 * time.Millisecond).Should(Succeed())
+	g.Eventually(func() (string, error) {
+		a, err := routedComplete(newConnections, url, sql.Name, "SELECT 3")
+		return a.pod, err
+	}).WithTimeout(30 * time.Second).WithPolling(250 * time.Millisecond).Should(Equal(next.Name))
+	checkAdapterOnHost(g, store, inNodeCopy(next), sql)
+	again, err := store.ObjectGets(store.Bucket, sql.Source.S3.Prefix)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Logf("adapter %s: %d object GETs for two replicas one after the other on node %s", sql.Name, again, node.Node)
+	g.Expect(again).To(Equal(gets), "the later replica read the adapter from the store again")
 }

@@ -74,25 +74,26 @@ var realPods = newRoom(int64(realNodes * runtime.NumCPU()))
 // suite run (their logs, 2026-12-04): the room lets the heaviest in first. A
 // test not listed counts as roomHeldUnknown.
 var roomHeld = map[string]time.Duration{
-	"TestRealNodeGatewayCarriesTheCanarySplit":          60 * time.Second,
-	"TestRealNodeModelCacheFaults":                      45 * time.Second,
-	"TestRealNodeFailureReasons/real-image-pull":        40 * time.Second,
-	"TestRealNodeRetryableFailureIsBounded":             38 * time.Second,
-	"TestRealNodeWarmupGateHoldsABrokenEngine":          35 * time.Second,
-	"TestRealNodeRollingUpdateDropsNoRequest":           30 * time.Second,
-	"TestRealNodeRestrictedPodsRunAsNonRoot":            28 * time.Second,
-	"TestRealNodeFailureReasons/real-warmup-failing":    20 * time.Second,
-	"TestRealNodeFailureReasons/real-loader-oom":        17 * time.Second,
-	"TestRealNodeEngineThatCannotStart":                 12 * time.Second,
-	"TestRealNodeFailureReasons/real-engine-crash-loop": 11 * time.Second,
-	"TestRealNodeFailureReasons/real-model-not-found":   10 * time.Second,
-	"TestRealNodeFailureReasons/real-access-denied":     9 * time.Second,
-	"TestRealNodeFullLoad":                              9 * time.Second,
-	"TestAdmissionPolicyOnTheLocalCluster":              7 * time.Second,
-	"TestRealNodeCorruptionStopsDownloads":              5 * time.Second,
-	"TestRealNodeModelCacheDownloadsOncePerNode":        12 * time.Second,
-	"TestRealNodeAdaptersLoadWithoutRestart":            45 * time.Second,
-	"TestRealNodeRouterRoutesThroughTheService":         30 * time.Second,
+	"TestRealNodeGatewayCarriesTheCanarySplit":            60 * time.Second,
+	"TestRealNodeModelCacheFaults":                        45 * time.Second,
+	"TestRealNodeFailureReasons/real-image-pull":          40 * time.Second,
+	"TestRealNodeRetryableFailureIsBounded":               38 * time.Second,
+	"TestRealNodeWarmupGateHoldsABrokenEngine":            35 * time.Second,
+	"TestRealNodeRollingUpdateDropsNoRequest":             30 * time.Second,
+	"TestRealNodeRestrictedPodsRunAsNonRoot":              28 * time.Second,
+	"TestRealNodeFailureReasons/real-warmup-failing":      20 * time.Second,
+	"TestRealNodeFailureReasons/real-loader-oom":          17 * time.Second,
+	"TestRealNodeEngineThatCannotStart":                   12 * time.Second,
+	"TestRealNodeFailureReasons/real-engine-crash-loop":   11 * time.Second,
+	"TestRealNodeFailureReasons/real-model-not-found":     10 * time.Second,
+	"TestRealNodeFailureReasons/real-access-denied":       9 * time.Second,
+	"TestRealNodeFullLoad":                                9 * time.Second,
+	"TestAdmissionPolicyOnTheLocalCluster":                7 * time.Second,
+	"TestRealNodeCorruptionStopsDownloads":                5 * time.Second,
+	"TestRealNodeModelCacheDownloadsOncePerNode":          12 * time.Second,
+	"TestRealNodeAdaptersLoadWithoutRestart":              45 * time.Second,
+	"TestRealNodeRouterRoutesThroughTheService":           30 * time.Second,
+	"TestRealNodeAdaptersThroughTheRouterAndTheNodeCache": 40 * time.Second,
 }
 
 const roomHeldUnknown = 10 * time.Second
@@ -267,15 +268,16 @@ func postJSON(httpClient *http.Client, url, host string, body any) (http.Header,
 		return nil, nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, nil, &statusError{status: resp.StatusCode, body: strings.TrimSpace(string(data))}
+		return nil, nil, &statusError{status: resp.StatusCode, body: strings.TrimSpace(string(data)), retryAfter: resp.Header.Get("Retry-After")}
 	}
 	return resp.Header, data, nil
 }
 
 // statusError is an answer other than 200.
 type statusError struct {
-	status int
-	body   string
+	status     int
+	body       string
+	retryAfter string
 }
 
 func (e *statusError) Error() string {

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,6 +43,10 @@ import (
 // routerPodLabel selects the router's pods (config/router, the chart).
 var routerPodLabel = client.MatchingLabels{"app.kubernetes.io/name": servingv1.RouterPodName}
 
+// routerSerial keeps the tests that install the router apart: its namespace
+// is one test's at a time.
+var routerSerial sync.Mutex
+
 // installRouter installs the router as a user of the chart does
 // (router.enabled=true), with the image hack/tools/build.sh images built from
 // this tree, into operatorNamespace, made to enforce Pod Security
@@ -50,6 +55,8 @@ var routerPodLabel = client.MatchingLabels{"app.kubernetes.io/name": servingv1.R
 func installRouter(t *testing.T, g *WithT) []corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
+	routerSerial.Lock()
+	t.Cleanup(routerSerial.Unlock)
 	image, err := localcluster.FindImage(cluster.Images(), localcluster.RouterImage)
 	g.Expect(err).NotTo(HaveOccurred())
 	colon := strings.LastIndex(image.Ref, ":")
@@ -59,7 +66,9 @@ func installRouter(t *testing.T, g *WithT) []corev1.Pod {
 
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace, Labels: map[string]string{
 		"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}}
-	g.Expect(k8s.Create(ctx, ns)).To(Succeed(), "the operator's namespace is the test's alone")
+	// The last test's namespace may still be going.
+	g.Eventually(func() error { return k8s.Create(ctx, ns.DeepCopy()) }).WithTimeout(2*time.Minute).WithPolling(time.Second).
+		Should(Succeed(), "the operator's namespace is the test's alone")
 	t.Cleanup(func() {
 		if t.Failed() {
 			dump(t, ns.Name)
