@@ -206,9 +206,11 @@ test-netpol: tools ## NetworkPolicy enforced on a real node (kube-router): an al
 		| grep -E 'netpol figure|^(--- |ok|FAIL)'
 
 .PHONY: bench-routing
-bench-routing: ## Routing: a chat workload (testdata) at a sweep of rates, round robin over 4 simulators against the router, the bound (one simulator with all the cache), and the router's own cost
+bench-routing: tools ## Routing: a chat workload (testdata) at a sweep of rates; 4 simulators round robin against the router and the bound (one simulator with all the cache), and the router's own cost; then on the real nodes (root, cgroup v1) 4 simulator pods through their Service (kube-proxy), the Gateway (Traefik) and the router
 	ROUTING_BENCH=1 go test ./test/routingbench/ -run 'TestBenchRouting' -count=1 -timeout 60m -v \
 		| grep -E 'routing (bench|figure)|^(routing|round robin|router|bound) |^(--- |ok|FAIL)'
+	ROUTING_BENCH=1 LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeRoutingBench' -count=1 -timeout 60m -v \
+		| grep -E 'routing (bench|figure)|^(routing|service|gateway|router|bound) |^(--- |ok|FAIL)'
 
 .PHONY: bench-sources
 bench-sources: ## The loader's throughput from a real OCI registry beside a real S3 server, through the same remote-store-shaped link (BENCH_SOURCES_ARGS="-shards 8 -shard-mib 512")

@@ -319,15 +319,14 @@ func TestRealNodeAdaptersThroughTheRouterAndTheNodeCache(t *testing.T) {
 	})
 	pod := oneServingPod(g, obj)[0]
 	url := serviceURL(g, obj)
-	newConnections := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
 	// Through the router, to the replica that serves the adapter.
 	for i := range 5 {
-		a, err := routedComplete(newConnections, url, sql.Name, fmt.Sprintf("SELECT %d", i))
+		a, err := routedComplete(newConnectionClient, url, sql.Name, fmt.Sprintf("SELECT %d", i))
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(a.pod).To(Equal(pod.Name))
 	}
-	models, err := listModels(newConnections, url)
+	models, err := listModels(newConnectionClient, url)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(models).To(ContainElements(obj.Spec.Model.Name, sql.Name))
 
@@ -356,14 +355,14 @@ func TestRealNodeAdaptersThroughTheRouterAndTheNodeCache(t *testing.T) {
 		g.Expect(f.Reason).To(Equal(loadspec.ReasonNotFound))
 	})
 	for range 5 {
-		_, err := postCompletion(newConnections, url, "", broken.Name, "SELECT 1")
+		_, err := postCompletion(newConnectionClient, url, "", broken.Name, "SELECT 1")
 		var refused *statusError
 		g.Expect(errors.As(err, &refused)).To(BeTrue(), "a request for %s: %v", broken.Name, err)
 		g.Expect(refused.status).To(Equal(http.StatusServiceUnavailable), refused.Error())
 		g.Expect(refused.retryAfter).NotTo(BeEmpty(), "503 without Retry-After")
 		g.Expect(refused.body).To(ContainSubstring("has loaded adapter " + broken.Name))
 	}
-	_, err = routedComplete(newConnections, url, sql.Name, "SELECT 2")
+	_, err = routedComplete(newConnectionClient, url, sql.Name, "SELECT 2")
 	g.Expect(err).NotTo(HaveOccurred(), "the adapter that loaded still serves")
 
 	// A replica started later on the node serves the adapter from the node's
@@ -378,7 +377,7 @@ func TestRealNodeAdaptersThroughTheRouterAndTheNodeCache(t *testing.T) {
 		next = pods[0]
 	}).WithTimeout(realReadyTimeout).WithPolling(250 * time.Millisecond).Should(Succeed())
 	g.Eventually(func() (string, error) {
-		a, err := routedComplete(newConnections, url, sql.Name, "SELECT 3")
+		a, err := routedComplete(newConnectionClient, url, sql.Name, "SELECT 3")
 		return a.pod, err
 	}).WithTimeout(30 * time.Second).WithPolling(250 * time.Millisecond).Should(Equal(next.Name))
 	checkAdapterOnHost(g, store, inNodeCopy(next), sql)

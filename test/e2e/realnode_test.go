@@ -447,6 +447,20 @@ func TestRealNodeEngineThatCannotStart(t *testing.T) {
 	})
 }
 
+// newConnectionClient opens a connection per request, so that kube-proxy
+// picks anew each time.
+var newConnectionClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+// clusterIPURL reads svc and returns its first port at its ClusterIP, once
+// kube-proxy on the real nodes serves Services.
+func clusterIPURL(g Gomega, svc *corev1.Service) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	g.Expect(cluster.WaitKubeProxy(ctx)).To(Succeed())
+	g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(svc), svc)).To(Succeed())
+	return "http://" + net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port)))
+}
+
 // serviceURL is the Service of obj at its ClusterIP, which kube-proxy routes on
 // the host to ready pods, once a completion through it has come back from obj's
 // model. One local cluster on a host at a time runs kube-proxy (its rules are
@@ -459,14 +473,9 @@ func TestRealNodeEngineThatCannotStart(t *testing.T) {
 // the rules are in, since the kernel translates a connection only when it
 // opens. A make test run failed so for 90 s, on a route that was there.
 func serviceURL(g Gomega, obj *servingv1.AIInference) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	g.Expect(cluster.WaitKubeProxy(ctx)).To(Succeed())
-	svc := &corev1.Service{}
-	g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), svc)).To(Succeed())
-	url := "http://" + net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port)))
-	newConnections := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	g.Eventually(func() (string, error) { return complete(newConnections, url, obj.Spec.Model.Name) }).
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: obj.Namespace, Name: obj.Name}}
+	url := clusterIPURL(g, svc)
+	g.Eventually(func() (string, error) { return complete(newConnectionClient, url, obj.Spec.Model.Name) }).
 		WithTimeout(serviceRouteTimeout).WithPolling(500*time.Millisecond).Should(Equal(obj.Spec.Model.Name),
 		func() string { return describeServiceRoute(svc) })
 	return url

@@ -54,8 +54,12 @@ type Profile struct {
 // H100Llama8B is a 7-8B model on one H100 (latency-profiles.md: prefill
 // overhead 25-40 ms, 0.15-0.30 ms per prompt token, 10-15 ms per output
 // token), with the KV cache and batch cut down to what a 2-core test machine
-// can simulate, so that round robin runs out of cache as a real replica does
-// under many tenants.
+// can simulate, so that the tenants' prompts overflow one replica's cache as
+// many tenants overflow a real replica's, and its running requests compete
+// with the prefixes it keeps (an H100 holds about 26,000 blocks for
+// Llama-3.1-8B and runs up to 256 sequences: under 2,000-token chats, its
+// cache too is the running set's). Past its cache the simulator refuses a
+// request where vLLM would queue it; the runner makes it wait (chatAsQueued).
 var H100Llama8B = Profile{
 	Name:                "7-8B on H100 (per-token prefill 30ms + 0.25ms/token, ITL 12ms)",
 	PrefillOverhead:     30 * time.Millisecond,
@@ -70,6 +74,29 @@ var H100Llama8B = Profile{
 func (p Profile) String() string {
 	return fmt.Sprintf("%s; --max-num-seqs %d --kv-cache-size %d blocks of 16 tokens --time-factor-under-load %g",
 		p.Name, p.MaxNumSeqs, p.KVCacheBlocks, p.TimeFactorUnderLoad)
+}
+
+// Args are the simulator's arguments for the profile, serving Model on port.
+func (p Profile) Args(port string) []string {
+	args := []string{
+		"--model", Model, "--port", port,
+		"--mode", "random",
+		"--force-dummy-tokenizer",
+		"--enable-kvcache", "--kv-cache-size", strconv.Itoa(p.KVCacheBlocks), "--block-size", "16",
+		"--latency-calculator", "per-token",
+		"--prefill-overhead", p.PrefillOverhead.String(),
+		"--prefill-time-per-token", p.PrefillPerToken.String(),
+		"--inter-token-latency", p.InterTokenLatency.String(),
+		"--max-num-seqs", strconv.Itoa(p.MaxNumSeqs),
+		// The simulator's default context is 1,024 tokens, shorter than a
+		// chat with a long system prompt; 8B models are served with 8K to 128K.
+		"--max-model-len", "32768",
+		"--time-factor-under-load", strconv.FormatFloat(max(p.TimeFactorUnderLoad, 1), 'f', -1, 64),
+	}
+	if p.MaxLoras > 0 {
+		args = append(args, "--max-loras", strconv.Itoa(p.MaxLoras), "--max-cpu-loras", strconv.Itoa(p.MaxLoras))
+	}
+	return args
 }
 
 // Model is the model name the simulators serve.
@@ -123,24 +150,7 @@ func StartSim(t testing.TB, name string, p Profile) *Sim {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.cmd = exec.Command(bin,
-			"--model", Model, "--port", port,
-			"--mode", "random",
-			"--force-dummy-tokenizer",
-			"--enable-kvcache", "--kv-cache-size", strconv.Itoa(p.KVCacheBlocks), "--block-size", "16",
-			"--latency-calculator", "per-token",
-			"--prefill-overhead", p.PrefillOverhead.String(),
-			"--prefill-time-per-token", p.PrefillPerToken.String(),
-			"--inter-token-latency", p.InterTokenLatency.String(),
-			"--max-num-seqs", strconv.Itoa(p.MaxNumSeqs),
-			// The simulator's default context is 1,024 tokens, shorter than a
-			// chat with a long system prompt; 8B models are served with 8K to 128K.
-			"--max-model-len", "32768",
-			"--time-factor-under-load", strconv.FormatFloat(max(p.TimeFactorUnderLoad, 1), 'f', -1, 64),
-		)
-		if p.MaxLoras > 0 {
-			s.cmd.Args = append(s.cmd.Args, "--max-loras", strconv.Itoa(p.MaxLoras), "--max-cpu-loras", strconv.Itoa(p.MaxLoras))
-		}
+		s.cmd = exec.Command(bin, p.Args(port)...)
 		s.cmd.Env = append(os.Environ(), "POD_IP=127.0.0.1")
 		s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
 		if err := s.cmd.Start(); err != nil {

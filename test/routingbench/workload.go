@@ -109,6 +109,8 @@ type RunOptions struct {
 	Timeout time.Duration
 	// Model is the `model` of each request. Default Model.
 	Model string
+	// Host, when set, is each request's Host header (a Gateway's route by hostname).
+	Host string
 }
 
 // Result is what a run measured.
@@ -162,7 +164,7 @@ func Run(ctx context.Context, convs []Conversation, o RunOptions) Result {
 			for _, turn := range conv.Turns {
 				messages = append(messages, chatMessage{Role: "user", Content: turn})
 				target := o.Targets[next.Add(1)%uint64(len(o.Targets))]
-				ttft, answer, tokens, err := chat(ctx, client, target, o.Model, messages, conv.MaxTokens, o.Timeout)
+				ttft, answer, tokens, err := chatAsQueued(ctx, client, target, o, messages, conv.MaxTokens)
 				mu.Lock()
 				res.Requests++
 				if err != nil {
@@ -187,13 +189,46 @@ func Run(ctx context.Context, convs []Conversation, o RunOptions) Result {
 	return res
 }
 
+// kvCacheFull is how llm-d-inference-sim refuses a request its KV cache
+// cannot hold beside the running ones (HTTP 500).
+const kvCacheFull = "the kv cache does not have sufficient capacity"
+
+// queuePoll is how often a request the simulator refused for want of KV
+// cache is sent again.
+const queuePoll = 20 * time.Millisecond
+
+// chatAsQueued is chat, with the simulator's refusal for want of KV cache
+// turned into the wait vLLM makes: vLLM admits a request only when its cache
+// can hold it and keeps the rest in its waiting queue, where the simulator
+// refuses them. So a refused request is sent again to the same target every
+// queuePoll until it is taken or o.Timeout has passed since it was first
+// sent, and its time to first token counts from then.
+func chatAsQueued(ctx context.Context, client *http.Client, target string, o RunOptions, messages []chatMessage, maxTokens int) (time.Duration, string, int, error) {
+	first := time.Now()
+	for {
+		sent := time.Now()
+		ttft, answer, tokens, err := chat(ctx, client, target, o.Host, o.Model, messages, maxTokens, o.Timeout)
+		if err == nil {
+			return sent.Sub(first) + ttft, answer, tokens, nil
+		}
+		if !strings.Contains(err.Error(), kvCacheFull) || time.Since(first) > o.Timeout {
+			return 0, "", 0, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, "", 0, ctx.Err()
+		case <-time.After(queuePoll):
+		}
+	}
+}
+
 type chatMessage struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
 }
 
 // chat sends one streaming chat completion and reads it to the end.
-func chat(ctx context.Context, client *http.Client, base, model string, messages []chatMessage, maxTokens int, timeout time.Duration) (time.Duration, string, int, error) {
+func chat(ctx context.Context, client *http.Client, base, host, model string, messages []chatMessage, maxTokens int, timeout time.Duration) (time.Duration, string, int, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	body, _ := json.Marshal(map[string]any{
@@ -205,6 +240,7 @@ func chat(ctx context.Context, client *http.Client, base, model string, messages
 		return 0, "", 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	req.Host = host
 	begin := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
