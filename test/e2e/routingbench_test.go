@@ -149,27 +149,27 @@ func TestRealNodeRoutingBench(t *testing.T) {
 
 	fmt.Fprintf(out, "routing bench (real nodes): %d simulator pods of %s\n", replicas, profile)
 	sims := startSims(replicas, profile, "service")
-	viaService := routingbench.RunOptions{Targets: []string{clusterIPURL(g, svc)}, MaxConcurrent: 64}
+	viaService := routingbench.RunOptions{Targets: []string{clusterIPURL(g, svc)}, MaxConcurrent: 64, ThinkTime: routingbench.ThinkTime}
 	reachesAll(sims, viaService)
 	service := sweep("service", sims, viaService)
 	stopSims(sims)
 
 	sims = startSims(replicas, profile, "service")
-	viaGateway := routingbench.RunOptions{Targets: []string{gw.URL}, Host: host, MaxConcurrent: 64}
+	viaGateway := routingbench.RunOptions{Targets: []string{gw.URL}, Host: host, MaxConcurrent: 64, ThinkTime: routingbench.ThinkTime}
 	reachesAll(sims, viaGateway)
 	gateway := sweep("gateway", sims, viaGateway)
 	stopSims(sims)
 
 	sims = startSims(replicas, profile, "router")
 	rt := router.New(router.Options{}, routingbench.NewFixedDirectory("bench", "chat", sims), router.NetworkPolicyCheck{}, nil, logr.Discard())
-	routed := sweep("router", sims, routingbench.RunOptions{Targets: []string{routingbench.ServeRouter(t, rt)}, MaxConcurrent: 64})
+	routed := sweep("router", sims, routingbench.RunOptions{Targets: []string{routingbench.ServeRouter(t, rt)}, MaxConcurrent: 64, ThinkTime: routingbench.ThinkTime})
 	stopSims(sims)
 
 	big := profile
 	big.KVCacheBlocks *= replicas
 	big.MaxNumSeqs *= replicas
 	one := startSims(1, big, "bound")
-	bound := sweep("bound", one, routingbench.RunOptions{Targets: []string{"http://" + one[0].Addr}, MaxConcurrent: 64})
+	bound := sweep("bound", one, routingbench.RunOptions{Targets: []string{"http://" + one[0].Addr}, MaxConcurrent: 64, ThinkTime: routingbench.ThinkTime})
 	stopSims(one)
 
 	for i, p := range points {
@@ -200,8 +200,11 @@ func simPod(ns, name, image string, p routingbench.Profile) *corev1.Pod {
 					ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/health", Port: intstr.FromInt32(simPort)}},
 					PeriodSeconds: 1,
 				},
+				// A quarter of a core: 10m would give the pod 10 CPU shares
+				// against the 1,024 of the host's processes (the router, the
+				// load generator), and starve it when the host is busy.
 				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-					corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("64Mi")}},
+					corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("64Mi")}},
 				SecurityContext: &corev1.SecurityContext{
 					RunAsNonRoot: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
 					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},

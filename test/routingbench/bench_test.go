@@ -68,7 +68,7 @@ func TestBenchRouting(t *testing.T) {
 	out := os.Stdout
 
 	measure := func(name string, sims []*Sim, targets []string, p SweepPoint) Summary {
-		s, err := Measure(ctx, out, name, sims, RunOptions{Targets: targets, MaxConcurrent: 64}, p)
+		s, err := Measure(ctx, out, name, sims, RunOptions{Targets: targets, MaxConcurrent: 64, ThinkTime: ThinkTime}, p)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -115,6 +115,9 @@ func durationRatio(a, b time.Duration) float64 {
 	return float64(a) / float64(b)
 }
 
+// ThinkTime is the pause between a conversation's turns in the sweep.
+const ThinkTime = 2 * time.Second
+
 // Measure sends one point's conversations with o (its Rate set to the
 // point's) and summarizes them with the prefix hits the sims counted
 // meanwhile; failed requests are reported on w.

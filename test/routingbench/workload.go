@@ -111,6 +111,12 @@ type RunOptions struct {
 	Model string
 	// Host, when set, is each request's Host header (a Gateway's route by hostname).
 	Host string
+	// ThinkTime is how long a conversation waits after an answer before its
+	// next turn, as a person reads and types. Without it, a client that keeps
+	// connections alive sends each turn on the connection its last turn just
+	// freed, and a Service (kube-proxy picks a pod per connection) keeps every
+	// conversation on one pod, which users with pauses between turns do not get.
+	ThinkTime time.Duration
 }
 
 // Result is what a run measured.
@@ -181,6 +187,10 @@ func Run(ctx context.Context, convs []Conversation, o RunOptions) Result {
 					return // the rest of the conversation has no history to send
 				}
 				messages = append(messages, chatMessage{Role: "assistant", Content: answer})
+				select {
+				case <-ctx.Done():
+				case <-time.After(o.ThinkTime):
+				}
 			}
 		})
 	}
