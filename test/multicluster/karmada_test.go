@@ -343,6 +343,7 @@ func TestKarmadaDividesAnAIInferenceByFreeGPUsAndAggregatesItsStatus(t *testing.
 	e.applyInterpreter(t, g, nil)
 	ns := e.namespace(t, g, "divided")
 	obj := inference(ns, "llama", 5, 2)
+	defer e.remove(t, obj)
 	defer e.dump(t, ns, obj.Name)
 
 	start := time.Now()
@@ -380,6 +381,101 @@ func TestKarmadaDividesAnAIInferenceByFreeGPUsAndAggregatesItsStatus(t *testing.
 	g.Expect(ready).NotTo(BeNil())
 	g.Expect(ready.Status).To(Equal(metav1.ConditionTrue))
 	t.Logf("On Karmada: phase %s, %d/%d ready, Ready: %s (%s)", got.Status.Phase, got.Status.ReadyReplicas, got.Status.Replicas, ready.Reason, ready.Message)
+}
+
+// TestKarmadaRollsASpecChangeOutInEveryMember divides an AIInference of 3
+// replicas between east and west, Ready, then changes its model's source (a
+// new model revision: a new pod template) on Karmada while west's nodes are
+// cordoned. Both members take the new spec; east rolls it out, while west's
+// new pod cannot be scheduled and its old one goes on serving the old
+// revision. As long as west serves the old revision, the template on Karmada
+// must not read Ready; once west's nodes take pods again and west serves the
+// new revision too, it must, with the new revision and generation.
+func TestKarmadaRollsASpecChangeOutInEveryMember(t *testing.T) {
+	e := setup(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	e.applyInterpreter(t, g, nil)
+	ns := e.namespace(t, g, "rollout")
+	obj := inference(ns, "revised", 3, 2)
+	obj.Spec.Model.Source.S3.Prefix = "revised/v1/"
+	defer e.remove(t, obj)
+	defer e.dump(t, ns, obj.Name)
+	g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(propagationPolicy(ns, obj.Name)),
+		client.FieldOwner("multicluster-test"))).To(Succeed())
+	g.Expect(e.hub.Create(ctx, obj)).To(Succeed())
+	shares := e.runningParts(g, obj)
+	t.Logf("Before: east runs %d, west %d", shares["east"], shares["west"])
+	old := e.waitReadyOnKarmada(g, obj)
+	g.Expect(old.Status.ServingRevision).NotTo(BeEmpty(), "the revision both members serve")
+
+	west, east := e.member("west"), e.member("east")
+	west.cordon(g, true)
+	defer west.cordon(g, false)
+	patch := client.MergeFrom(old.DeepCopy())
+	revised := old.DeepCopy()
+	revised.Spec.Model.Source.S3.Prefix = "revised/v2/"
+	g.Expect(e.hub.Patch(ctx, revised, patch)).To(Succeed())
+	changed := time.Now()
+	g.Expect(revised.Generation).To(BeNumerically(">", old.Generation))
+	t.Logf("The model's source changed on Karmada (generation %d to %d) with west's nodes cordoned", old.Generation, revised.Generation)
+
+	// east serves the new revision; west has taken the new spec but serves
+	// the old revision.
+	var newRevision string
+	g.Eventually(func(g Gomega) {
+		got := &servingv1.AIInference{}
+		g.Expect(east.k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+		g.Expect(got.Spec.Model.Source.S3.Prefix).To(Equal("revised/v2/"))
+		g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+		g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseReady))
+		g.Expect(got.Status.UpdatedReplicas).To(Equal(shares["east"]))
+		g.Expect(got.Status.ServingRevision).NotTo(Equal(old.Status.ServingRevision))
+		newRevision = got.Status.ServingRevision
+	}).WithTimeout(3 * time.Minute).WithPolling(500 * time.Millisecond).Should(Succeed())
+	t.Logf("east serves revision %s (was %s) %s after the change", newRevision, old.Status.ServingRevision, time.Since(changed).Round(100*time.Millisecond))
+	westServesOld := func(g Gomega) {
+		got := &servingv1.AIInference{}
+		g.Expect(west.k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+		g.Expect(got.Spec.Model.Source.S3.Prefix).To(Equal("revised/v2/"))
+		g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+		// Its new pod waits for a node (Deployment counts it as updated): the
+		// old one serves.
+		g.Expect(got.Status.ServingRevision).To(Equal(old.Status.ServingRevision))
+		g.Expect(got.Status.Phase).NotTo(Equal(servingv1.PhaseReady))
+	}
+	g.Eventually(westServesOld).WithTimeout(time.Minute).WithPolling(500 * time.Millisecond).Should(Succeed())
+
+	// Meanwhile Karmada's template is not Ready: checked for 10 s while west
+	// goes on serving the old revision.
+	held := &servingv1.AIInference{}
+	g.Consistently(func(g Gomega) {
+		westServesOld(g)
+		g.Expect(e.hub.Get(ctx, client.ObjectKeyFromObject(obj), held)).To(Succeed())
+		ready := meta.FindStatusCondition(held.Status.Conditions, servingv1.ConditionReady)
+		g.Expect(ready).NotTo(BeNil())
+		g.Expect(ready.Status).NotTo(Equal(metav1.ConditionTrue), "Karmada's Ready while west serves the old revision: %s", ready.Message)
+		g.Expect(held.Status.Phase).NotTo(Equal(servingv1.PhaseReady))
+	}).WithTimeout(10 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
+	heldReady := meta.FindStatusCondition(held.Status.Conditions, servingv1.ConditionReady)
+	t.Logf("While west serves the old revision, on Karmada: phase %s, %d/%d ready, %d updated, revision %q, Ready %s: %s (%s)",
+		held.Status.Phase, held.Status.ReadyReplicas, held.Status.Replicas, held.Status.UpdatedReplicas, held.Status.ServingRevision,
+		heldReady.Status, heldReady.Reason, heldReady.Message)
+	g.Expect(heldReady.Message).To(HavePrefix("west: "), "the member that blocks it")
+
+	// west's nodes take pods again: it rolls out, and Karmada reads Ready.
+	west.cordon(g, false)
+	released := time.Now()
+	got := e.waitReadyOnKarmada(g, revised)
+	g.Expect(got.Status.ServingRevision).To(Equal(newRevision))
+	g.Expect(got.Status.UpdatedReplicas).To(Equal(int32(3)))
+	for _, m := range e.members {
+		member := &servingv1.AIInference{}
+		g.Expect(m.k8s.Get(ctx, client.ObjectKeyFromObject(obj), member)).To(Succeed())
+		g.Expect(member.Status.ServingRevision).To(Equal(newRevision), "the revision %s serves", m.name)
+	}
+	t.Logf("west released: Karmada's template Ready on revision %s %s later (%s after the change)",
+		newRevision, time.Since(released).Round(100*time.Millisecond), time.Since(changed).Round(100*time.Millisecond))
 }
 
 // failoverToleration is how long an AIInference stays on a member that is
@@ -425,18 +521,8 @@ func TestKarmadaMovesReplicasOffAStoppedMember(t *testing.T) {
 	g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(pp), client.FieldOwner("multicluster-test"))).To(Succeed())
 	g.Expect(e.hub.Create(ctx, obj)).To(Succeed())
 
-	// Both members run a part, Ready, and Karmada says so.
-	shares := map[string]int32{}
-	for _, m := range e.members {
-		g.Eventually(func(g Gomega) {
-			got := &servingv1.AIInference{}
-			g.Expect(m.k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
-			g.Expect(got.Spec.Replicas).To(HaveValue(BeNumerically(">", 0)))
-			g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseReady))
-			g.Expect(got.Status.ReadyReplicas).To(Equal(*got.Spec.Replicas))
-			shares[m.name] = *got.Spec.Replicas
-		}).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Succeed(), "the member %s", m.name)
-	}
+	// Both members run a part, Ready.
+	shares := e.runningParts(g, obj)
 	g.Expect(shares["east"] + shares["west"]).To(Equal(int32(3)))
 	t.Logf("Before: east runs %d, west %d", shares["east"], shares["west"])
 
@@ -469,6 +555,82 @@ func TestKarmadaMovesReplicasOffAStoppedMember(t *testing.T) {
 	}).WithTimeout(3 * time.Minute).WithPolling(500 * time.Millisecond).Should(Succeed())
 	t.Logf("After west stopped: Karmada's Cluster west not Ready at %s, tainted NoExecute at %s; east runs 3 replicas, Ready, at %s",
 		notReady.Round(100*time.Millisecond), tainted.Round(100*time.Millisecond), time.Since(stopped).Round(100*time.Millisecond))
+}
+
+// runningParts waits until every member runs a part of obj (a share of its
+// replicas) for the member's current generation, Ready, and returns the
+// shares.
+func (e *env) runningParts(g *WithT, obj *servingv1.AIInference) map[string]int32 {
+	ctx := context.Background()
+	shares := map[string]int32{}
+	for _, m := range e.members {
+		g.Eventually(func(g Gomega) {
+			got := &servingv1.AIInference{}
+			g.Expect(m.k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+			g.Expect(got.Spec.Replicas).To(HaveValue(BeNumerically(">", 0)))
+			g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+			g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseReady))
+			g.Expect(got.Status.ReadyReplicas).To(Equal(*got.Spec.Replicas))
+			shares[m.name] = *got.Spec.Replicas
+		}).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Succeed(), "the member %s", m.name)
+	}
+	return shares
+}
+
+// waitReadyOnKarmada waits until the template on Karmada reads Ready for its
+// current generation, and returns it.
+func (e *env) waitReadyOnKarmada(g *WithT, obj *servingv1.AIInference) *servingv1.AIInference {
+	got := &servingv1.AIInference{}
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.hub.Get(context.Background(), client.ObjectKeyFromObject(obj), got)).To(Succeed())
+		g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+		ready := meta.FindStatusCondition(got.Status.Conditions, servingv1.ConditionReady)
+		g.Expect(ready).NotTo(BeNil())
+		g.Expect(ready.Status).To(Equal(metav1.ConditionTrue), "Ready: %s", ready.Message)
+		g.Expect(ready.ObservedGeneration).To(Equal(got.Generation))
+		g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseReady))
+	}).WithTimeout(3*time.Minute).WithPolling(500*time.Millisecond).Should(Succeed(), "Ready on Karmada")
+	return got
+}
+
+// cordon marks every node of the member unschedulable, or schedulable again:
+// its running pods go on, new ones wait.
+func (m *member) cordon(g *WithT, unschedulable bool) {
+	ctx := context.Background()
+	nodes := &corev1.NodeList{}
+	g.Expect(m.k8s.List(ctx, nodes)).To(Succeed())
+	for i := range nodes.Items {
+		node := &nodes.Items[i]
+		patch := client.MergeFrom(node.DeepCopy())
+		node.Spec.Unschedulable = unschedulable
+		g.Expect(m.k8s.Patch(ctx, node, patch)).To(Succeed())
+	}
+}
+
+// remove deletes obj on Karmada and waits until no member runs a pod of it
+// and Karmada's summaries of the members count no GPU in use, so that the
+// next test finds every member's GPUs free (Karmada divides by them).
+func (e *env) remove(t *testing.T, obj *servingv1.AIInference) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	g.Expect(client.IgnoreNotFound(e.hub.Delete(ctx, obj))).To(Succeed())
+	start := time.Now()
+	for _, m := range e.members {
+		g.Eventually(func(g Gomega) {
+			pods := &corev1.PodList{}
+			g.Expect(m.k8s.List(ctx, pods, client.InNamespace(obj.Namespace), client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
+			g.Expect(pods.Items).To(BeEmpty())
+			cluster := &unstructured.Unstructured{}
+			cluster.SetGroupVersionKind(localcluster.ClusterGVK)
+			g.Expect(e.hub.Get(ctx, client.ObjectKey{Name: m.name}, cluster)).To(Succeed())
+			for _, field := range []string{"allocated", "allocating"} {
+				gpus, _, _ := unstructured.NestedString(cluster.Object, "status", "resourceSummary", field, "nvidia.com/gpu")
+				g.Expect(gpus).To(Or(BeEmpty(), Equal("0")), "GPUs %s on %s, in Karmada's summary", field, m.name)
+			}
+		}).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(Succeed(), "%s freed of %s", m.name, obj.Name)
+	}
+	t.Logf("Removed %s: its pods gone and every member's GPUs free in Karmada's summaries %s later", obj.Name, time.Since(start).Round(100*time.Millisecond))
 }
 
 // clusterReady is the status of a Karmada Cluster's Ready condition.
