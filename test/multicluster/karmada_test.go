@@ -15,6 +15,7 @@
 package multicluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -34,6 +35,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,6 +43,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/kubectlaii"
 	"github.com/aiinference/operator/internal/manager"
 	"github.com/aiinference/operator/test/localcluster"
 	"github.com/aiinference/operator/test/operatorproc"
@@ -476,6 +479,67 @@ func TestKarmadaRollsASpecChangeOutInEveryMember(t *testing.T) {
 	}
 	t.Logf("west released: Karmada's template Ready on revision %s %s later (%s after the change)",
 		newRevision, time.Since(released).Round(100*time.Millisecond), time.Since(changed).Round(100*time.Millisecond))
+}
+
+// TestKubectlAIIStatusOnKarmadaNamesTheBlockingMember runs kubectl aii
+// status (the plugin's own command code) against Karmada's API server, where
+// an AIInference is a resource template with no pods: with west's nodes
+// cordoned, west's share cannot be scheduled, and status must show the
+// aggregated phase and ready count, each member's part from the
+// ResourceBinding, and west as the member that blocks it, and why; once west
+// takes pods again, Ready with nothing blocking. Against a member it shows
+// that member's pods, as against any cluster.
+func TestKubectlAIIStatusOnKarmadaNamesTheBlockingMember(t *testing.T) {
+	e := setup(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	e.applyInterpreter(t, g, nil)
+	ns := e.namespace(t, g, "aii-status")
+	obj := inference(ns, "explained", 3, 2)
+	defer e.remove(t, obj)
+	defer e.dump(t, ns, obj.Name)
+	west := e.member("west")
+	west.cordon(g, true)
+	defer west.cordon(g, false)
+	g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(propagationPolicy(ns, obj.Name)),
+		client.FieldOwner("multicluster-test"))).To(Succeed())
+	g.Expect(e.hub.Create(ctx, obj)).To(Succeed())
+
+	var out string
+	g.Eventually(func(g Gomega) {
+		out = aiiStatus(g, e.karmada.Kubeconfig(), ns, obj.Name)
+		g.Expect(out).To(ContainSubstring("AIInference aii-status/explained: Pending, 2/3 ready"))
+		g.Expect(out).To(ContainSubstring("A Karmada resource template: its pods run in the member clusters"))
+		g.Expect(out).To(MatchRegexp(`(?m)^east +2 +true +Healthy +Ready +2/2 `))
+		g.Expect(out).To(MatchRegexp(`(?m)^west +1 +true +\S+ +Pending +0/1 .* Unschedulable$`))
+		g.Expect(out).To(MatchRegexp(`(?m)^Blocked by west: Unschedulable: .*cannot be scheduled`))
+		g.Expect(out).NotTo(ContainSubstring("Blocked by east"))
+		g.Expect(out).NotTo(ContainSubstring("No pods."))
+	}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	t.Logf("kubectl aii status on Karmada, west cordoned:\n%s", out)
+
+	west.cordon(g, false)
+	e.waitReadyOnKarmada(g, obj)
+	out = aiiStatus(g, e.karmada.Kubeconfig(), ns, obj.Name)
+	g.Expect(out).To(ContainSubstring("AIInference aii-status/explained: Ready, 3/3 ready"))
+	g.Expect(out).To(MatchRegexp(`(?m)^west +1 +true +Healthy +Ready +1/1 `))
+	g.Expect(out).NotTo(ContainSubstring("Blocked by"))
+	t.Logf("kubectl aii status on Karmada, west released:\n%s", out)
+
+	out = aiiStatus(g, e.member("east").cluster.Kubeconfig(), ns, obj.Name)
+	g.Expect(out).To(ContainSubstring("AIInference aii-status/explained: Ready, 2/2 ready"))
+	g.Expect(out).To(MatchRegexp(`(?m)^POD +SPEC +NODE`))
+	g.Expect(out).NotTo(ContainSubstring("Karmada"))
+}
+
+// aiiStatus runs kubectl aii status NAME against the API server of
+// kubeconfig and returns what it prints.
+func aiiStatus(g Gomega, kubeconfig, ns, name string) string {
+	var out, errOut bytes.Buffer
+	cmd := kubectlaii.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+	cmd.SetArgs([]string{"--kubeconfig", kubeconfig, "-n", ns, "status", name})
+	g.Expect(cmd.ExecuteContext(context.Background())).To(Succeed(), "kubectl aii status: %s", errOut.String())
+	return out.String()
 }
 
 // failoverToleration is how long an AIInference stays on a member that is
