@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -34,6 +35,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
@@ -84,6 +87,9 @@ type env struct {
 	hub     client.Client // Karmada's API server, with the operator's scheme
 	members []*member
 	kubectl string
+	// clusterBin holds the local clusters' binaries; crd is the AIInference
+	// CRD's file.
+	clusterBin, crd string
 }
 
 type member struct {
@@ -125,6 +131,10 @@ var memberPools = map[string][]localcluster.NodePool{
 	"west": {{Name: "a100", Count: 1, GPUProduct: localcluster.GPUProductA100, GPUCount: 4,
 		CPU: resource.MustParse("96"), Memory: resource.MustParse("1360Gi")}},
 }
+
+// singleClusterPools are east's and west's nodes in one cluster:
+// TestBenchKarmada's single cluster with the members' free GPUs.
+var singleClusterPools = append(slices.Clone(memberPools["east"]), memberPools["west"]...)
 
 // karmadaControllerManagerArgs: cluster failover (a beta feature, off by
 // default), a member unhealthy after 10 s of failed health checks rather than
@@ -173,7 +183,8 @@ func startEnv() (_ *env, err error) {
 		return nil, err
 	}
 
-	e := &env{kubectl: filepath.Join(clusterBin, "kubectl")}
+	e := &env{kubectl: filepath.Join(clusterBin, "kubectl"), clusterBin: clusterBin,
+		crd: filepath.Join(repoRoot, "config", "crd", "bases", "serving.aiinference.io_aiinferences.yaml")}
 	defer func() {
 		if err != nil {
 			e.stop()
@@ -196,8 +207,7 @@ func startEnv() (_ *env, err error) {
 	})
 	for _, name := range []string{"east", "west"} {
 		wg.Go(func() {
-			c, err := localcluster.Start(ctx, localcluster.Options{RepoRoot: repoRoot, BinDir: clusterBin, NodePools: memberPools[name],
-				Progress: prefixed(name), KubeletDelayScale: 0.1, StartTimeout: 5 * time.Minute})
+			c, err := e.startCluster(ctx, name, memberPools[name])
 			mu.Lock()
 			defer mu.Unlock()
 			if err == nil {
@@ -211,37 +221,87 @@ func startEnv() (_ *env, err error) {
 		return e, err
 	}
 
-	scheme := manager.Scheme()
-	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
-		return e, err
-	}
-	crd := filepath.Join(repoRoot, "config", "crd", "bases", "serving.aiinference.io_aiinferences.yaml")
-	if e.hub, err = client.New(e.karmada.RESTConfig(), client.Options{Scheme: scheme}); err != nil {
+	if e.hub, err = client.New(e.karmada.RESTConfig(), client.Options{Scheme: testScheme()}); err != nil {
 		return e, err
 	}
 	// Karmada holds the templates: the CRD and the interpreter.
-	if err := testutil.InstallCRDs(ctx, e.hub, crd); err != nil {
+	if err := testutil.InstallCRDs(ctx, e.hub, e.crd); err != nil {
 		return e, fmt.Errorf("installing the CRD on Karmada: %w", err)
 	}
 	for _, m := range e.members {
-		if m.k8s, err = client.New(m.cluster.RESTConfig(), client.Options{Scheme: scheme}); err != nil {
-			return e, err
-		}
 		// The CRD before the join: Karmada's scheduler places an AIInference only
 		// on a member whose API enablements (collected with its status) list it.
-		if err := testutil.InstallCRDs(ctx, m.k8s, crd); err != nil {
-			return e, fmt.Errorf("installing the CRD on %s: %w", m.name, err)
-		}
-		m.operator = &operatorproc.Process{Name: m.name, Bin: operatorBin, Kubeconfig: m.cluster.Kubeconfig(), LoaderImage: loaderImage,
-			LogPath: filepath.Join(workDir, m.name+"-operator.log")}
-		if err := m.operator.Start(); err != nil {
+		if err := e.runOperator(ctx, m); err != nil {
 			return e, err
 		}
 		if err := e.karmada.Join(ctx, m.name, m.cluster); err != nil {
 			return e, err
 		}
 	}
-	return e, nil
+	return e, e.waitForDetector(ctx)
+}
+
+// waitForDetector waits until Karmada's resource detector watches
+// AIInferences. It starts watching a kind at its next discovery of the API
+// server's resources, every 30 s (pkg/detector's discoverResources), so a
+// template applied after the CRD was installed waits up to 30 s before
+// Karmada reads it: a probe, placed on no member, waits here once, so that the
+// tests' times are Karmada's propagation and not that wait.
+func (e *env) waitForDetector(ctx context.Context) error {
+	probe := inference("default", "detector-probe", 1, 1)
+	pp := propagationPolicy(probe.Namespace, probe.Name)
+	if err := unstructured.SetNestedStringSlice(pp.Object, []string{"no-member"}, "spec", "placement", "clusterAffinity", "clusterNames"); err != nil {
+		return err
+	}
+	if err := e.hub.Create(ctx, pp); err != nil {
+		return err
+	}
+	if err := e.hub.Create(ctx, probe); err != nil {
+		return err
+	}
+	start := time.Now()
+	for {
+		// The detector labels a template it has matched with its policy.
+		got := &servingv1.AIInference{}
+		if err := e.hub.Get(ctx, client.ObjectKeyFromObject(probe), got); err != nil {
+			return err
+		}
+		if got.Labels["propagationpolicy.karmada.io/permanent-id"] != "" {
+			break
+		}
+		if time.Since(start) > 2*time.Minute {
+			return errors.New("karmada's detector did not match an AIInference with its PropagationPolicy within 2 minutes")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	fmt.Fprintf(os.Stderr, "[karmada] Its detector watches AIInferences, %s after the probe was applied\n", time.Since(start).Round(100*time.Millisecond))
+	return errors.Join(e.hub.Delete(ctx, probe), e.hub.Delete(ctx, pp))
+}
+
+// testScheme is the operator's, with the CRD type.
+func testScheme() *runtime.Scheme {
+	scheme := manager.Scheme()
+	utilruntime.Must(apiextensionsv1.AddToScheme(scheme))
+	return scheme
+}
+
+// startCluster starts a local cluster with pools of simulated GPU nodes.
+func (e *env) startCluster(ctx context.Context, name string, pools []localcluster.NodePool) (*localcluster.Cluster, error) {
+	return localcluster.Start(ctx, localcluster.Options{RepoRoot: repoRoot, BinDir: e.clusterBin, NodePools: pools,
+		Progress: prefixed(name), KubeletDelayScale: 0.1, StartTimeout: 5 * time.Minute})
+}
+
+// runOperator installs the CRD in m's cluster and starts the operator on it.
+func (e *env) runOperator(ctx context.Context, m *member) (err error) {
+	if m.k8s, err = client.New(m.cluster.RESTConfig(), client.Options{Scheme: testScheme()}); err != nil {
+		return err
+	}
+	if err := testutil.InstallCRDs(ctx, m.k8s, e.crd); err != nil {
+		return fmt.Errorf("installing the CRD on %s: %w", m.name, err)
+	}
+	m.operator = &operatorproc.Process{Name: m.name, Bin: operatorBin, Kubeconfig: m.cluster.Kubeconfig(), LoaderImage: loaderImage,
+		LogPath: filepath.Join(workDir, m.name+"-operator.log")}
+	return m.operator.Start()
 }
 
 // karmadaBinDir is the folder hack/tools/build.sh karmada fills, which must
@@ -558,12 +618,32 @@ const failoverToleration = 5 * time.Second
 func TestKarmadaMovesReplicasOffAStoppedMember(t *testing.T) {
 	e := setup(t)
 	g := NewWithT(t)
-	ctx := context.Background()
 	e.applyInterpreter(t, g, nil)
 	ns := e.namespace(t, g, "failover")
 	obj := inference(ns, "moved", 3, 2)
 	defer e.dump(t, ns, obj.Name)
+	f := e.failOver(t, g, obj)
+	g.Expect(f.shares["east"] + f.shares["west"]).To(Equal(int32(3)))
+	t.Logf("After west stopped: Karmada's Cluster west not Ready at %s, tainted NoExecute at %s; east runs 3 replicas, Ready, at %s",
+		f.notReady.Round(100*time.Millisecond), f.tainted.Round(100*time.Millisecond), f.moved.Round(100*time.Millisecond))
+}
 
+// failover is what failOver saw, its times from the start of west's stop.
+type failover struct {
+	shares                      map[string]int32 // before the stop
+	stopping, notReady, tainted time.Duration
+	// moved: east runs every replica, Ready.
+	moved time.Duration
+}
+
+// failOver places obj on east and west with failover asked for (a
+// ClusterTaintPolicy that taints a member not Ready NoExecute, tolerated by
+// the PropagationPolicy for failoverToleration), waits until both run a part,
+// Ready, stops west (its operator and its control plane) and waits until east
+// runs every replica, Ready.
+func (e *env) failOver(t *testing.T, g *WithT, obj *servingv1.AIInference) failover {
+	t.Helper()
+	ctx := context.Background()
 	taintPolicy := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "policy.karmada.io/v1alpha1",
 		"kind":       "ClusterTaintPolicy",
@@ -575,7 +655,7 @@ func TestKarmadaMovesReplicasOffAStoppedMember(t *testing.T) {
 		},
 	}}
 	g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(taintPolicy), client.FieldOwner("multicluster-test"))).To(Succeed())
-	pp := propagationPolicy(ns, obj.Name)
+	pp := propagationPolicy(obj.Namespace, obj.Name)
 	tolerations := []any{}
 	for _, key := range []string{"cluster.karmada.io/not-ready", "cluster.karmada.io/unreachable"} {
 		tolerations = append(tolerations, map[string]any{"key": key, "operator": "Exists", "effect": "NoExecute",
@@ -586,39 +666,134 @@ func TestKarmadaMovesReplicasOffAStoppedMember(t *testing.T) {
 	g.Expect(e.hub.Create(ctx, obj)).To(Succeed())
 
 	// Both members run a part, Ready.
-	shares := e.runningParts(g, obj)
-	g.Expect(shares["east"] + shares["west"]).To(Equal(int32(3)))
-	t.Logf("Before: east runs %d, west %d", shares["east"], shares["west"])
+	f := failover{shares: e.runningParts(g, obj)}
+	t.Logf("Before: east runs %d, west %d", f.shares["east"], f.shares["west"])
 
 	west, east := e.member("west"), e.member("east")
 	stopped := time.Now()
 	west.operator.Stop()
 	g.Expect(west.cluster.Stop()).To(Succeed())
-	t.Logf("west stopped (its operator and control plane) in %s", time.Since(stopped).Round(100*time.Millisecond))
+	f.stopping = time.Since(stopped)
+	t.Logf("west stopped (its operator and control plane) in %s", f.stopping.Round(100*time.Millisecond))
 
-	var notReady, tainted time.Duration
+	replicas := *obj.Spec.Replicas
 	g.Eventually(func(g Gomega) {
 		cluster := &unstructured.Unstructured{}
 		cluster.SetGroupVersionKind(localcluster.ClusterGVK)
 		g.Expect(e.hub.Get(ctx, client.ObjectKey{Name: "west"}, cluster)).To(Succeed())
-		if notReady == 0 && clusterReady(cluster) != "True" {
-			notReady = time.Since(stopped)
+		if f.notReady == 0 && clusterReady(cluster) != "True" {
+			f.notReady = time.Since(stopped)
 		}
 		taints, _, _ := unstructured.NestedSlice(cluster.Object, "spec", "taints")
 		for _, taint := range taints {
-			if taint.(map[string]any)["effect"] == "NoExecute" && tainted == 0 {
-				tainted = time.Since(stopped)
+			if taint.(map[string]any)["effect"] == "NoExecute" && f.tainted == 0 {
+				f.tainted = time.Since(stopped)
 			}
 		}
 		got := &servingv1.AIInference{}
 		g.Expect(east.k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
-		g.Expect(got.Spec.Replicas).To(HaveValue(Equal(int32(3))))
+		g.Expect(got.Spec.Replicas).To(HaveValue(Equal(replicas)))
 		g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
 		g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseReady))
-		g.Expect(got.Status.ReadyReplicas).To(Equal(int32(3)))
-	}).WithTimeout(3 * time.Minute).WithPolling(500 * time.Millisecond).Should(Succeed())
-	t.Logf("After west stopped: Karmada's Cluster west not Ready at %s, tainted NoExecute at %s; east runs 3 replicas, Ready, at %s",
-		notReady.Round(100*time.Millisecond), tainted.Round(100*time.Millisecond), time.Since(stopped).Round(100*time.Millisecond))
+		g.Expect(got.Status.ReadyReplicas).To(Equal(replicas))
+	}).WithTimeout(3 * time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+	f.moved = time.Since(stopped)
+	return f
+}
+
+// benchEnv is the variable that asks for TestBenchKarmada (make
+// bench-karmada), besides karmadaEnv.
+const benchEnv = "KARMADA_BENCH"
+
+// benchReplicas are the counts of replicas of 2 GPUs TestBenchKarmada
+// applies; the last is also the count it fails over.
+var benchReplicas = []int32{4, 8}
+
+// benchRuns is how many times TestBenchKarmada applies each count each way.
+const benchRuns = 3
+
+// median is the middle of durations (the upper of the two middle ones for an
+// even count).
+func median(durations []time.Duration) time.Duration {
+	sorted := slices.Sorted(slices.Values(durations))
+	return sorted[len(sorted)/2]
+}
+
+// TestBenchKarmada prints the figures of docs/multicluster.md: seconds from
+// the apply of an AIInference of N replicas of 2 GPUs to Ready, on Karmada
+// over east and west (the template's aggregated Ready), against the same N
+// applied straight to one cluster with the same free GPUs (single: east's and
+// west's nodes together, its own operator, no Karmada); and seconds from
+// west stopped to its replicas Ready on east. It stops west: run it alone
+// (make bench-karmada).
+func TestBenchKarmada(t *testing.T) {
+	if os.Getenv(benchEnv) == "" {
+		t.Skipf("%s=1 runs it (make bench-karmada)", benchEnv)
+	}
+	e := setup(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	e.applyInterpreter(t, g, nil)
+	ns := e.namespace(t, g, "bench")
+
+	singleCluster, err := e.startCluster(ctx, "single", singleClusterPools)
+	g.Expect(err).NotTo(HaveOccurred())
+	single := &member{name: "single", cluster: singleCluster}
+	defer func() {
+		if single.operator != nil {
+			single.operator.Stop()
+		}
+		_ = single.cluster.Stop()
+	}()
+	g.Expect(e.runOperator(ctx, single)).To(Succeed())
+	g.Expect(single.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+
+	for _, n := range benchReplicas {
+		var viaKarmada, straight []time.Duration
+		for run := range benchRuns {
+			obj := inference(ns, fmt.Sprintf("karmada-%d-%d", n, run), n, 2)
+			g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(propagationPolicy(ns, obj.Name)),
+				client.FieldOwner("multicluster-test"))).To(Succeed())
+			start := time.Now()
+			g.Expect(e.hub.Create(ctx, obj)).To(Succeed())
+			got := e.waitReadyOnKarmada(g, obj)
+			viaKarmada = append(viaKarmada, time.Since(start))
+			g.Expect(got.Status.ReadyReplicas).To(Equal(n))
+			shares := map[string]int32{}
+			for _, m := range e.members {
+				part := &servingv1.AIInference{}
+				if err := m.k8s.Get(ctx, client.ObjectKeyFromObject(obj), part); err == nil {
+					shares[m.name] = *part.Spec.Replicas
+				}
+			}
+			e.remove(t, obj)
+
+			direct := inference(ns, fmt.Sprintf("single-%d-%d", n, run), n, 2)
+			start = time.Now()
+			g.Expect(single.k8s.Create(ctx, direct)).To(Succeed())
+			g.Eventually(func(g Gomega) {
+				got := &servingv1.AIInference{}
+				g.Expect(single.k8s.Get(ctx, client.ObjectKeyFromObject(direct), got)).To(Succeed())
+				g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+				g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseReady))
+				g.Expect(got.Status.ReadyReplicas).To(Equal(n))
+			}).WithTimeout(3 * time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+			straight = append(straight, time.Since(start))
+			g.Expect(single.k8s.Delete(ctx, direct)).To(Succeed())
+			g.Eventually(podsGone(single.k8s, direct)).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+			t.Logf("karmada figure: run %d, %d replicas: %.1f s on Karmada (east %d, west %d), %.1f s on one cluster",
+				run+1, n, viaKarmada[run].Seconds(), shares["east"], shares["west"], straight[run].Seconds())
+		}
+		k, o := median(viaKarmada), median(straight)
+		t.Logf("karmada figure: apply -> Ready, %d replicas of 2 GPUs, median of %d: %.1f s on Karmada over east and west (%.1f-%.1f), %.1f s applied to one cluster with the same 20 GPUs (%.1f-%.1f); %.2fx",
+			n, benchRuns, k.Seconds(), slices.Min(viaKarmada).Seconds(), slices.Max(viaKarmada).Seconds(),
+			o.Seconds(), slices.Min(straight).Seconds(), slices.Max(straight).Seconds(), k.Seconds()/o.Seconds())
+	}
+
+	n := benchReplicas[len(benchReplicas)-1]
+	f := e.failOver(t, g, inference(ns, "moved", n, 2))
+	t.Logf("karmada figure: west stopped (%d of %d replicas) -> east runs all %d, Ready: %.1f s (west's API server stopped in %.1f s; Cluster west not Ready at %.1f s, tainted NoExecute at %.1f s)",
+		f.shares["west"], n, n, f.moved.Seconds(), f.stopping.Seconds(), f.notReady.Seconds(), f.tainted.Seconds())
 }
 
 // runningParts waits until every member runs a part of obj (a share of its
@@ -653,7 +828,7 @@ func (e *env) waitReadyOnKarmada(g *WithT, obj *servingv1.AIInference) *servingv
 		g.Expect(ready.Status).To(Equal(metav1.ConditionTrue), "Ready: %s", ready.Message)
 		g.Expect(ready.ObservedGeneration).To(Equal(got.Generation))
 		g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseReady))
-	}).WithTimeout(3*time.Minute).WithPolling(500*time.Millisecond).Should(Succeed(), "Ready on Karmada")
+	}).WithTimeout(3*time.Minute).WithPolling(200*time.Millisecond).Should(Succeed(), "Ready on Karmada")
 	return got
 }
 
@@ -682,9 +857,7 @@ func (e *env) remove(t *testing.T, obj *servingv1.AIInference) {
 	start := time.Now()
 	for _, m := range e.members {
 		g.Eventually(func(g Gomega) {
-			pods := &corev1.PodList{}
-			g.Expect(m.k8s.List(ctx, pods, client.InNamespace(obj.Namespace), client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
-			g.Expect(pods.Items).To(BeEmpty())
+			podsGone(m.k8s, obj)(g)
 			cluster := &unstructured.Unstructured{}
 			cluster.SetGroupVersionKind(localcluster.ClusterGVK)
 			g.Expect(e.hub.Get(ctx, client.ObjectKey{Name: m.name}, cluster)).To(Succeed())
@@ -695,6 +868,15 @@ func (e *env) remove(t *testing.T, obj *servingv1.AIInference) {
 		}).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(Succeed(), "%s freed of %s", m.name, obj.Name)
 	}
 	t.Logf("Removed %s: its pods gone and every member's GPUs free in Karmada's summaries %s later", obj.Name, time.Since(start).Round(100*time.Millisecond))
+}
+
+// podsGone checks that no pod of obj is left in the cluster of k8s.
+func podsGone(k8s client.Client, obj *servingv1.AIInference) func(Gomega) {
+	return func(g Gomega) {
+		pods := &corev1.PodList{}
+		g.Expect(k8s.List(context.Background(), pods, client.InNamespace(obj.Namespace), client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
+		g.Expect(pods.Items).To(BeEmpty())
+	}
 }
 
 // clusterReady is the status of a Karmada Cluster's Ready condition.
