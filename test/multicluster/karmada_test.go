@@ -6,7 +6,7 @@
 // AIInference's replicas need and how to read their status.
 //
 // It is a package of its own rather than part of test/e2e: its clusters are
-// not the e2e suite's (a Karmada control plane and two members with nodes of
+// not the e2e suite's (a Karmada control plane and three members with nodes of
 // their own, each with its own operator), and the e2e suite's TestMain starts
 // its shared cluster, LeaderWorkerSet controller and operator for any test it
 // runs. The tests run only when KARMADA_E2E=1 asks for them and the Karmada
@@ -124,13 +124,22 @@ func (e *env) stop() {
 }
 
 // The members: east with two 8x H100 nodes (16 GPUs), west with one 4x A100
-// node (4 GPUs).
+// node (4 GPUs), north with one 8x L4 node (8 GPUs).
 var memberPools = map[string][]localcluster.NodePool{
 	"east": {{Name: "h100", Count: 2, GPUProduct: localcluster.GPUProductH100, GPUCount: 8,
 		CPU: resource.MustParse("208"), Memory: resource.MustParse("1800Gi")}},
 	"west": {{Name: "a100", Count: 1, GPUProduct: localcluster.GPUProductA100, GPUCount: 4,
 		CPU: resource.MustParse("96"), Memory: resource.MustParse("1360Gi")}},
+	"north": {{Name: "l4", Count: 1, GPUProduct: localcluster.GPUProductL4, GPUCount: 8,
+		CPU: resource.MustParse("192"), Memory: resource.MustParse("1024Gi")}},
 }
+
+// allMembers are the members' names; eastAndWest the two most tests place
+// on (the failover stops west, the cordon holds west back).
+var (
+	allMembers  = []string{"east", "west", "north"}
+	eastAndWest = []string{"east", "west"}
+)
 
 // singleClusterPools are east's and west's nodes in one cluster:
 // TestBenchKarmada's single cluster with the members' free GPUs.
@@ -205,7 +214,7 @@ func startEnv() (_ *env, err error) {
 		e.karmada = k
 		errs = append(errs, err)
 	})
-	for _, name := range []string{"east", "west"} {
+	for _, name := range allMembers {
 		wg.Go(func() {
 			c, err := e.startCluster(ctx, name, memberPools[name])
 			mu.Lock()
@@ -249,10 +258,7 @@ func startEnv() (_ *env, err error) {
 // tests' times are Karmada's propagation and not that wait.
 func (e *env) waitForDetector(ctx context.Context) error {
 	probe := inference("default", "detector-probe", 1, 1)
-	pp := propagationPolicy(probe.Namespace, probe.Name)
-	if err := unstructured.SetNestedStringSlice(pp.Object, []string{"no-member"}, "spec", "placement", "clusterAffinity", "clusterNames"); err != nil {
-		return err
-	}
+	pp := propagationPolicy(probe.Namespace, probe.Name, []string{"no-member"})
 	if err := e.hub.Create(ctx, pp); err != nil {
 		return err
 	}
@@ -344,10 +350,14 @@ func (e *env) applyInterpreter(t *testing.T, g *WithT, edit func(*unstructured.U
 		client.FieldOwner("multicluster-test"), client.ForceOwnership)).To(Succeed())
 }
 
-// propagationPolicy places the AIInference name on east and west, its
+// propagationPolicy places the AIInference name on the members, its
 // replicas divided by the replicas each can still take (Karmada's dynamic
 // weight by AvailableReplicas, from the interpreter's replica requirements).
-func propagationPolicy(ns, name string) *unstructured.Unstructured {
+func propagationPolicy(ns, name string, members []string) *unstructured.Unstructured {
+	clusterNames := []any{}
+	for _, m := range members {
+		clusterNames = append(clusterNames, m)
+	}
 	pp := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "policy.karmada.io/v1alpha1",
 		"kind":       "PropagationPolicy",
@@ -355,7 +365,7 @@ func propagationPolicy(ns, name string) *unstructured.Unstructured {
 		"spec": map[string]any{
 			"resourceSelectors": []any{map[string]any{"apiVersion": servingv1.GroupVersion.String(), "kind": "AIInference", "name": name}},
 			"placement": map[string]any{
-				"clusterAffinity": map[string]any{"clusterNames": []any{"east", "west"}},
+				"clusterAffinity": map[string]any{"clusterNames": clusterNames},
 				"replicaScheduling": map[string]any{
 					"replicaSchedulingType":     "Divided",
 					"replicaDivisionPreference": "Weighted",
@@ -394,10 +404,11 @@ func (e *env) namespace(t *testing.T, g *WithT, name string) string {
 }
 
 // TestKarmadaDividesAnAIInferenceByFreeGPUsAndAggregatesItsStatus applies an
-// AIInference of 5 replicas of 2 GPUs with a PropagationPolicy on Karmada.
-// east can take 8 such replicas (16 GPUs), west 2 (4 GPUs): Karmada's dynamic
-// weights divide the 5 as 4 and 1, each member's operator runs its part to
-// Ready, and the template on Karmada reads Ready with 5 ready replicas, so that
+// AIInference of 7 replicas of 2 GPUs (on an H100, an A100 or an L4) with a
+// PropagationPolicy on Karmada over the three members. east can take 8 such
+// replicas (16 GPUs), west 2 (4 GPUs), north 4 (8 GPUs): Karmada's dynamic
+// weights divide the 7 as 4, 1 and 2, each member's operator runs its part to
+// Ready, and the template on Karmada reads Ready with 7 ready replicas, so that
 // kubectl wait on Karmada returns.
 func TestKarmadaDividesAnAIInferenceByFreeGPUsAndAggregatesItsStatus(t *testing.T) {
 	e := setup(t)
@@ -405,16 +416,17 @@ func TestKarmadaDividesAnAIInferenceByFreeGPUsAndAggregatesItsStatus(t *testing.
 	ctx := context.Background()
 	e.applyInterpreter(t, g, nil)
 	ns := e.namespace(t, g, "divided")
-	obj := inference(ns, "llama", 5, 2)
+	obj := inference(ns, "llama", 7, 2)
+	obj.Spec.GPU.Products = append(obj.Spec.GPU.Products, localcluster.GPUProductL4)
 	defer e.remove(t, obj)
 	defer e.dump(t, ns, obj.Name)
 
 	start := time.Now()
-	g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(propagationPolicy(ns, obj.Name)),
+	g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(propagationPolicy(ns, obj.Name, allMembers)),
 		client.FieldOwner("multicluster-test"))).To(Succeed())
 	g.Expect(e.hub.Create(ctx, obj)).To(Succeed())
 
-	want := map[string]int32{"east": 4, "west": 1}
+	want := map[string]int32{"east": 4, "west": 1, "north": 2}
 	for name, replicas := range want {
 		m := e.member(name)
 		g.Eventually(func(g Gomega) {
@@ -436,8 +448,8 @@ func TestKarmadaDividesAnAIInferenceByFreeGPUsAndAggregatesItsStatus(t *testing.
 	t.Logf("kubectl wait --for=condition=Ready on Karmada: %s (%s after the apply)", strings.TrimSpace(string(out)), time.Since(start).Round(100*time.Millisecond))
 	got := &servingv1.AIInference{}
 	g.Expect(e.hub.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
-	g.Expect(got.Status.ReadyReplicas).To(Equal(int32(5)))
-	g.Expect(got.Status.Replicas).To(Equal(int32(5)))
+	g.Expect(got.Status.ReadyReplicas).To(Equal(int32(7)))
+	g.Expect(got.Status.Replicas).To(Equal(int32(7)))
 	g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseReady))
 	g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
 	ready := meta.FindStatusCondition(got.Status.Conditions, servingv1.ConditionReady)
@@ -464,10 +476,10 @@ func TestKarmadaRollsASpecChangeOutInEveryMember(t *testing.T) {
 	obj.Spec.Model.Source.S3.Prefix = "revised/v1/"
 	defer e.remove(t, obj)
 	defer e.dump(t, ns, obj.Name)
-	g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(propagationPolicy(ns, obj.Name)),
+	g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(propagationPolicy(ns, obj.Name, eastAndWest)),
 		client.FieldOwner("multicluster-test"))).To(Succeed())
 	g.Expect(e.hub.Create(ctx, obj)).To(Succeed())
-	shares := e.runningParts(g, obj)
+	shares := e.runningParts(g, obj, eastAndWest)
 	t.Logf("Before: east runs %d, west %d", shares["east"], shares["west"])
 	old := e.waitReadyOnKarmada(g, obj)
 	g.Expect(old.Status.ServingRevision).NotTo(BeEmpty(), "the revision both members serve")
@@ -532,7 +544,8 @@ func TestKarmadaRollsASpecChangeOutInEveryMember(t *testing.T) {
 	got := e.waitReadyOnKarmada(g, revised)
 	g.Expect(got.Status.ServingRevision).To(Equal(newRevision))
 	g.Expect(got.Status.UpdatedReplicas).To(Equal(int32(3)))
-	for _, m := range e.members {
+	for _, name := range eastAndWest {
+		m := e.member(name)
 		member := &servingv1.AIInference{}
 		g.Expect(m.k8s.Get(ctx, client.ObjectKeyFromObject(obj), member)).To(Succeed())
 		g.Expect(member.Status.ServingRevision).To(Equal(newRevision), "the revision %s serves", m.name)
@@ -561,7 +574,7 @@ func TestKubectlAIIStatusOnKarmadaNamesTheBlockingMember(t *testing.T) {
 	west := e.member("west")
 	west.cordon(g, true)
 	defer west.cordon(g, false)
-	g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(propagationPolicy(ns, obj.Name)),
+	g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(propagationPolicy(ns, obj.Name, eastAndWest)),
 		client.FieldOwner("multicluster-test"))).To(Succeed())
 	g.Expect(e.hub.Create(ctx, obj)).To(Succeed())
 
@@ -655,7 +668,7 @@ func (e *env) failOver(t *testing.T, g *WithT, obj *servingv1.AIInference) failo
 		},
 	}}
 	g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(taintPolicy), client.FieldOwner("multicluster-test"))).To(Succeed())
-	pp := propagationPolicy(obj.Namespace, obj.Name)
+	pp := propagationPolicy(obj.Namespace, obj.Name, eastAndWest)
 	tolerations := []any{}
 	for _, key := range []string{"cluster.karmada.io/not-ready", "cluster.karmada.io/unreachable"} {
 		tolerations = append(tolerations, map[string]any{"key": key, "operator": "Exists", "effect": "NoExecute",
@@ -666,7 +679,7 @@ func (e *env) failOver(t *testing.T, g *WithT, obj *servingv1.AIInference) failo
 	g.Expect(e.hub.Create(ctx, obj)).To(Succeed())
 
 	// Both members run a part, Ready.
-	f := failover{shares: e.runningParts(g, obj)}
+	f := failover{shares: e.runningParts(g, obj, eastAndWest)}
 	t.Logf("Before: east runs %d, west %d", f.shares["east"], f.shares["west"])
 
 	west, east := e.member("west"), e.member("east")
@@ -752,7 +765,7 @@ func TestBenchKarmada(t *testing.T) {
 		var viaKarmada, straight []time.Duration
 		for run := range benchRuns {
 			obj := inference(ns, fmt.Sprintf("karmada-%d-%d", n, run), n, 2)
-			g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(propagationPolicy(ns, obj.Name)),
+			g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(propagationPolicy(ns, obj.Name, eastAndWest)),
 				client.FieldOwner("multicluster-test"))).To(Succeed())
 			start := time.Now()
 			g.Expect(e.hub.Create(ctx, obj)).To(Succeed())
@@ -799,10 +812,11 @@ func TestBenchKarmada(t *testing.T) {
 // runningParts waits until every member runs a part of obj (a share of its
 // replicas) for the member's current generation, Ready, and returns the
 // shares.
-func (e *env) runningParts(g *WithT, obj *servingv1.AIInference) map[string]int32 {
+func (e *env) runningParts(g *WithT, obj *servingv1.AIInference, members []string) map[string]int32 {
 	ctx := context.Background()
 	shares := map[string]int32{}
-	for _, m := range e.members {
+	for _, name := range members {
+		m := e.member(name)
 		g.Eventually(func(g Gomega) {
 			got := &servingv1.AIInference{}
 			g.Expect(m.k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
