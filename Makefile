@@ -200,6 +200,12 @@ bench-multinode: tools ## Replicas that span nodes on simulated GPU nodes with t
 	MULTINODE_BENCH=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestBenchMultiNode' -count=1 -timeout 20m -v \
 		| grep -E 'multinode figure|^(--- |ok|FAIL)'
 
+.PHONY: bench-karmada
+bench-karmada: ## Karmada over two local clusters: apply -> aggregated Ready for 4 and 8 replicas beside the same applied to one cluster with the same free GPUs, and a stopped member's replicas Ready on the other (builds Karmada first: about 20 minutes once)
+	hack/tools/build.sh cluster karmada >/dev/null
+	KARMADA_E2E=1 KARMADA_BENCH=1 go test ./test/multicluster/ -run 'TestBenchKarmada' -count=1 -timeout 20m -v \
+		| grep -E 'karmada figure|^(--- |ok|FAIL)'
+
 .PHONY: test-netpol
 test-netpol: tools ## NetworkPolicy enforced on a real node (kube-router): an allowed client served, a denied one refused, the loader and the Gateway still through (root, cgroup v1)
 	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeNetworkPolicyIsEnforced' -count=1 -timeout 20m -v \

@@ -56,6 +56,9 @@ type StatusReport struct {
 	Routing *RoutingReport `json:"routing,omitempty"`
 	// Adapters are spec.adapters with what status says of each.
 	Adapters []AdapterReport `json:"adapters,omitempty"`
+	// Karmada is set when the object is a Karmada resource template (asked of
+	// Karmada's API server): the members' parts, in place of pods.
+	Karmada *KarmadaReport `json:"karmada,omitempty"`
 }
 
 // AdapterReport is one LoRA adapter: its source and revision, and the
@@ -216,6 +219,14 @@ func (e *env) status(name string) error {
 		v.reports, v.reportsErr = e.readNodeReports()
 	}
 	r := statusReport(v, time.Now())
+	if v.deployment == nil && v.groups == nil && len(v.pods) == 0 {
+		r.Karmada = e.readKarmada(v.obj)
+	}
+	if r.Karmada != nil && r.Ready == "" {
+		// Karmada's aggregation sums the members' counts; the template's
+		// spec.replicas is the whole.
+		r.Ready = fmt.Sprintf("%d/%d", v.obj.Status.ReadyReplicas, ptr.Deref(v.obj.Spec.Replicas, 1))
+	}
 	if v.obj.RoutingEnabled() {
 		r.Routing = e.readRouting(v.obj)
 	}
@@ -345,22 +356,26 @@ func age(t metav1.Time, now time.Time) string {
 
 func writeStatus(out io.Writer, r StatusReport) {
 	fmt.Fprintf(out, "AIInference %s/%s: %s, %s ready\n", r.Namespace, r.Name, r.Phase, r.Ready)
+	if r.Karmada != nil {
+		// The members' pods, loads and failures are theirs: Karmada's API server
+		// holds only the aggregate and each member's reflected status.
+		fmt.Fprintf(out, "Model %s on %s\n\n", r.Model, r.Engine)
+		writeConditions(out, r.Conditions)
+		fmt.Fprintln(out)
+		writeKarmada(out, r.Karmada)
+		return
+	}
 	fmt.Fprintf(out, "Model %s on %s, %s per replica; %d of %d retries spent\n", r.Model, r.Engine, r.GPU, r.LoadRetries, r.MaxRetries)
 	if r.Source != "" {
 		fmt.Fprintf(out, "Source %s\n", r.Source)
 	}
 	fmt.Fprintln(out)
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONDITION\tSTATUS\tREASON\tSINCE\tMESSAGE")
-	for _, c := range r.Conditions {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, c.Since, c.Message)
-	}
-	_ = tw.Flush()
+	writeConditions(out, r.Conditions)
 	fmt.Fprintln(out)
 	if len(r.Replicas) == 0 {
 		fmt.Fprintln(out, "No pods.")
 	} else {
-		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 		groups := slices.ContainsFunc(r.Replicas, func(p ReplicaReport) bool { return p.Group != "" })
 		group := func(p ReplicaReport) string {
 			if !groups {
@@ -415,6 +430,16 @@ func writeStatus(out io.Writer, r StatusReport) {
 		}
 		fmt.Fprintf(out, "\n  %s\n  Means: %s\n  Fix:   %s\n", strings.TrimSpace(f.Message), f.Meaning, dash(f.Fix))
 	}
+}
+
+// writeConditions is the table of conditions.
+func writeConditions(out io.Writer, conditions []ConditionReport) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONDITION\tSTATUS\tREASON\tSINCE\tMESSAGE")
+	for _, c := range conditions {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, c.Since, c.Message)
+	}
+	_ = tw.Flush()
 }
 
 func dash(s string) string {

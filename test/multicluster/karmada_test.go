@@ -6,7 +6,7 @@
 // AIInference's replicas need and how to read their status.
 //
 // It is a package of its own rather than part of test/e2e: its clusters are
-// not the e2e suite's (a Karmada control plane and two members with nodes of
+// not the e2e suite's (a Karmada control plane and three members with nodes of
 // their own, each with its own operator), and the e2e suite's TestMain starts
 // its shared cluster, LeaderWorkerSet controller and operator for any test it
 // runs. The tests run only when KARMADA_E2E=1 asks for them and the Karmada
@@ -15,12 +15,14 @@
 package multicluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -33,7 +35,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,6 +46,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/kubectlaii"
 	"github.com/aiinference/operator/internal/manager"
 	"github.com/aiinference/operator/test/localcluster"
 	"github.com/aiinference/operator/test/operatorproc"
@@ -81,6 +87,9 @@ type env struct {
 	hub     client.Client // Karmada's API server, with the operator's scheme
 	members []*member
 	kubectl string
+	// clusterBin holds the local clusters' binaries; crd is the AIInference
+	// CRD's file.
+	clusterBin, crd string
 }
 
 type member struct {
@@ -115,13 +124,26 @@ func (e *env) stop() {
 }
 
 // The members: east with two 8x H100 nodes (16 GPUs), west with one 4x A100
-// node (4 GPUs).
+// node (4 GPUs), north with one 8x L4 node (8 GPUs).
 var memberPools = map[string][]localcluster.NodePool{
 	"east": {{Name: "h100", Count: 2, GPUProduct: localcluster.GPUProductH100, GPUCount: 8,
 		CPU: resource.MustParse("208"), Memory: resource.MustParse("1800Gi")}},
 	"west": {{Name: "a100", Count: 1, GPUProduct: localcluster.GPUProductA100, GPUCount: 4,
 		CPU: resource.MustParse("96"), Memory: resource.MustParse("1360Gi")}},
+	"north": {{Name: "l4", Count: 1, GPUProduct: localcluster.GPUProductL4, GPUCount: 8,
+		CPU: resource.MustParse("192"), Memory: resource.MustParse("1024Gi")}},
 }
+
+// allMembers are the members' names; eastAndWest the two most tests place
+// on (the failover stops west, the cordon holds west back).
+var (
+	allMembers  = []string{"east", "west", "north"}
+	eastAndWest = []string{"east", "west"}
+)
+
+// singleClusterPools are east's and west's nodes in one cluster:
+// TestBenchKarmada's single cluster with the members' free GPUs.
+var singleClusterPools = append(slices.Clone(memberPools["east"]), memberPools["west"]...)
 
 // karmadaControllerManagerArgs: cluster failover (a beta feature, off by
 // default), a member unhealthy after 10 s of failed health checks rather than
@@ -170,7 +192,8 @@ func startEnv() (_ *env, err error) {
 		return nil, err
 	}
 
-	e := &env{kubectl: filepath.Join(clusterBin, "kubectl")}
+	e := &env{kubectl: filepath.Join(clusterBin, "kubectl"), clusterBin: clusterBin,
+		crd: filepath.Join(repoRoot, "config", "crd", "bases", "serving.aiinference.io_aiinferences.yaml")}
 	defer func() {
 		if err != nil {
 			e.stop()
@@ -191,10 +214,9 @@ func startEnv() (_ *env, err error) {
 		e.karmada = k
 		errs = append(errs, err)
 	})
-	for _, name := range []string{"east", "west"} {
+	for _, name := range allMembers {
 		wg.Go(func() {
-			c, err := localcluster.Start(ctx, localcluster.Options{RepoRoot: repoRoot, BinDir: clusterBin, NodePools: memberPools[name],
-				Progress: prefixed(name), KubeletDelayScale: 0.1, StartTimeout: 5 * time.Minute})
+			c, err := e.startCluster(ctx, name, memberPools[name])
 			mu.Lock()
 			defer mu.Unlock()
 			if err == nil {
@@ -208,37 +230,84 @@ func startEnv() (_ *env, err error) {
 		return e, err
 	}
 
-	scheme := manager.Scheme()
-	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
-		return e, err
-	}
-	crd := filepath.Join(repoRoot, "config", "crd", "bases", "serving.aiinference.io_aiinferences.yaml")
-	if e.hub, err = client.New(e.karmada.RESTConfig(), client.Options{Scheme: scheme}); err != nil {
+	if e.hub, err = client.New(e.karmada.RESTConfig(), client.Options{Scheme: testScheme()}); err != nil {
 		return e, err
 	}
 	// Karmada holds the templates: the CRD and the interpreter.
-	if err := testutil.InstallCRDs(ctx, e.hub, crd); err != nil {
+	if err := testutil.InstallCRDs(ctx, e.hub, e.crd); err != nil {
 		return e, fmt.Errorf("installing the CRD on Karmada: %w", err)
 	}
 	for _, m := range e.members {
-		if m.k8s, err = client.New(m.cluster.RESTConfig(), client.Options{Scheme: scheme}); err != nil {
-			return e, err
-		}
 		// The CRD before the join: Karmada's scheduler places an AIInference only
 		// on a member whose API enablements (collected with its status) list it.
-		if err := testutil.InstallCRDs(ctx, m.k8s, crd); err != nil {
-			return e, fmt.Errorf("installing the CRD on %s: %w", m.name, err)
-		}
-		m.operator = &operatorproc.Process{Name: m.name, Bin: operatorBin, Kubeconfig: m.cluster.Kubeconfig(), LoaderImage: loaderImage,
-			LogPath: filepath.Join(workDir, m.name+"-operator.log")}
-		if err := m.operator.Start(); err != nil {
+		if err := e.runOperator(ctx, m); err != nil {
 			return e, err
 		}
 		if err := e.karmada.Join(ctx, m.name, m.cluster); err != nil {
 			return e, err
 		}
 	}
-	return e, nil
+	return e, e.waitForDetector(ctx)
+}
+
+// waitForDetector waits until Karmada's resource detector watches
+// AIInferences. It starts watching a kind at its next discovery of the API
+// server's resources, every 30 s (pkg/detector's discoverResources), so a
+// template applied after the CRD was installed waits up to 30 s before
+// Karmada reads it: a probe, placed on no member, waits here once, so that the
+// tests' times are Karmada's propagation and not that wait.
+func (e *env) waitForDetector(ctx context.Context) error {
+	probe := inference("default", "detector-probe", 1, 1)
+	pp := propagationPolicy(probe.Namespace, probe.Name, []string{"no-member"})
+	if err := e.hub.Create(ctx, pp); err != nil {
+		return err
+	}
+	if err := e.hub.Create(ctx, probe); err != nil {
+		return err
+	}
+	start := time.Now()
+	for {
+		// The detector labels a template it has matched with its policy.
+		got := &servingv1.AIInference{}
+		if err := e.hub.Get(ctx, client.ObjectKeyFromObject(probe), got); err != nil {
+			return err
+		}
+		if got.Labels["propagationpolicy.karmada.io/permanent-id"] != "" {
+			break
+		}
+		if time.Since(start) > 2*time.Minute {
+			return errors.New("karmada's detector did not match an AIInference with its PropagationPolicy within 2 minutes")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	fmt.Fprintf(os.Stderr, "[karmada] Its detector watches AIInferences, %s after the probe was applied\n", time.Since(start).Round(100*time.Millisecond))
+	return errors.Join(e.hub.Delete(ctx, probe), e.hub.Delete(ctx, pp))
+}
+
+// testScheme is the operator's, with the CRD type.
+func testScheme() *runtime.Scheme {
+	scheme := manager.Scheme()
+	utilruntime.Must(apiextensionsv1.AddToScheme(scheme))
+	return scheme
+}
+
+// startCluster starts a local cluster with pools of simulated GPU nodes.
+func (e *env) startCluster(ctx context.Context, name string, pools []localcluster.NodePool) (*localcluster.Cluster, error) {
+	return localcluster.Start(ctx, localcluster.Options{RepoRoot: repoRoot, BinDir: e.clusterBin, NodePools: pools,
+		Progress: prefixed(name), KubeletDelayScale: 0.1, StartTimeout: 5 * time.Minute})
+}
+
+// runOperator installs the CRD in m's cluster and starts the operator on it.
+func (e *env) runOperator(ctx context.Context, m *member) (err error) {
+	if m.k8s, err = client.New(m.cluster.RESTConfig(), client.Options{Scheme: testScheme()}); err != nil {
+		return err
+	}
+	if err := testutil.InstallCRDs(ctx, m.k8s, e.crd); err != nil {
+		return fmt.Errorf("installing the CRD on %s: %w", m.name, err)
+	}
+	m.operator = &operatorproc.Process{Name: m.name, Bin: operatorBin, Kubeconfig: m.cluster.Kubeconfig(), LoaderImage: loaderImage,
+		LogPath: filepath.Join(workDir, m.name+"-operator.log")}
+	return m.operator.Start()
 }
 
 // karmadaBinDir is the folder hack/tools/build.sh karmada fills, which must
@@ -281,10 +350,14 @@ func (e *env) applyInterpreter(t *testing.T, g *WithT, edit func(*unstructured.U
 		client.FieldOwner("multicluster-test"), client.ForceOwnership)).To(Succeed())
 }
 
-// propagationPolicy places the AIInference name on east and west, its
+// propagationPolicy places the AIInference name on the members, its
 // replicas divided by the replicas each can still take (Karmada's dynamic
 // weight by AvailableReplicas, from the interpreter's replica requirements).
-func propagationPolicy(ns, name string) *unstructured.Unstructured {
+func propagationPolicy(ns, name string, members []string) *unstructured.Unstructured {
+	clusterNames := []any{}
+	for _, m := range members {
+		clusterNames = append(clusterNames, m)
+	}
 	pp := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "policy.karmada.io/v1alpha1",
 		"kind":       "PropagationPolicy",
@@ -292,7 +365,7 @@ func propagationPolicy(ns, name string) *unstructured.Unstructured {
 		"spec": map[string]any{
 			"resourceSelectors": []any{map[string]any{"apiVersion": servingv1.GroupVersion.String(), "kind": "AIInference", "name": name}},
 			"placement": map[string]any{
-				"clusterAffinity": map[string]any{"clusterNames": []any{"east", "west"}},
+				"clusterAffinity": map[string]any{"clusterNames": clusterNames},
 				"replicaScheduling": map[string]any{
 					"replicaSchedulingType":     "Divided",
 					"replicaDivisionPreference": "Weighted",
@@ -331,10 +404,11 @@ func (e *env) namespace(t *testing.T, g *WithT, name string) string {
 }
 
 // TestKarmadaDividesAnAIInferenceByFreeGPUsAndAggregatesItsStatus applies an
-// AIInference of 5 replicas of 2 GPUs with a PropagationPolicy on Karmada.
-// east can take 8 such replicas (16 GPUs), west 2 (4 GPUs): Karmada's dynamic
-// weights divide the 5 as 4 and 1, each member's operator runs its part to
-// Ready, and the template on Karmada reads Ready with 5 ready replicas, so that
+// AIInference of 7 replicas of 2 GPUs (on an H100, an A100 or an L4) with a
+// PropagationPolicy on Karmada over the three members. east can take 8 such
+// replicas (16 GPUs), west 2 (4 GPUs), north 4 (8 GPUs): Karmada's dynamic
+// weights divide the 7 as 4, 1 and 2, each member's operator runs its part to
+// Ready, and the template on Karmada reads Ready with 7 ready replicas, so that
 // kubectl wait on Karmada returns.
 func TestKarmadaDividesAnAIInferenceByFreeGPUsAndAggregatesItsStatus(t *testing.T) {
 	e := setup(t)
@@ -342,15 +416,17 @@ func TestKarmadaDividesAnAIInferenceByFreeGPUsAndAggregatesItsStatus(t *testing.
 	ctx := context.Background()
 	e.applyInterpreter(t, g, nil)
 	ns := e.namespace(t, g, "divided")
-	obj := inference(ns, "llama", 5, 2)
+	obj := inference(ns, "llama", 7, 2)
+	obj.Spec.GPU.Products = append(obj.Spec.GPU.Products, localcluster.GPUProductL4)
+	defer e.remove(t, obj)
 	defer e.dump(t, ns, obj.Name)
 
 	start := time.Now()
-	g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(propagationPolicy(ns, obj.Name)),
+	g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(propagationPolicy(ns, obj.Name, allMembers)),
 		client.FieldOwner("multicluster-test"))).To(Succeed())
 	g.Expect(e.hub.Create(ctx, obj)).To(Succeed())
 
-	want := map[string]int32{"east": 4, "west": 1}
+	want := map[string]int32{"east": 4, "west": 1, "north": 2}
 	for name, replicas := range want {
 		m := e.member(name)
 		g.Eventually(func(g Gomega) {
@@ -372,14 +448,171 @@ func TestKarmadaDividesAnAIInferenceByFreeGPUsAndAggregatesItsStatus(t *testing.
 	t.Logf("kubectl wait --for=condition=Ready on Karmada: %s (%s after the apply)", strings.TrimSpace(string(out)), time.Since(start).Round(100*time.Millisecond))
 	got := &servingv1.AIInference{}
 	g.Expect(e.hub.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
-	g.Expect(got.Status.ReadyReplicas).To(Equal(int32(5)))
-	g.Expect(got.Status.Replicas).To(Equal(int32(5)))
+	g.Expect(got.Status.ReadyReplicas).To(Equal(int32(7)))
+	g.Expect(got.Status.Replicas).To(Equal(int32(7)))
 	g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseReady))
 	g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
 	ready := meta.FindStatusCondition(got.Status.Conditions, servingv1.ConditionReady)
 	g.Expect(ready).NotTo(BeNil())
 	g.Expect(ready.Status).To(Equal(metav1.ConditionTrue))
 	t.Logf("On Karmada: phase %s, %d/%d ready, Ready: %s (%s)", got.Status.Phase, got.Status.ReadyReplicas, got.Status.Replicas, ready.Reason, ready.Message)
+}
+
+// TestKarmadaRollsASpecChangeOutInEveryMember divides an AIInference of 3
+// replicas between east and west, Ready, then changes its model's source (a
+// new model revision: a new pod template) on Karmada while west's nodes are
+// cordoned. Both members take the new spec; east rolls it out, while west's
+// new pod cannot be scheduled and its old one goes on serving the old
+// revision. As long as west serves the old revision, the template on Karmada
+// must not read Ready; once west's nodes take pods again and west serves the
+// new revision too, it must, with the new revision and generation.
+func TestKarmadaRollsASpecChangeOutInEveryMember(t *testing.T) {
+	e := setup(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	e.applyInterpreter(t, g, nil)
+	ns := e.namespace(t, g, "rollout")
+	obj := inference(ns, "revised", 3, 2)
+	obj.Spec.Model.Source.S3.Prefix = "revised/v1/"
+	defer e.remove(t, obj)
+	defer e.dump(t, ns, obj.Name)
+	g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(propagationPolicy(ns, obj.Name, eastAndWest)),
+		client.FieldOwner("multicluster-test"))).To(Succeed())
+	g.Expect(e.hub.Create(ctx, obj)).To(Succeed())
+	shares := e.runningParts(g, obj, eastAndWest)
+	t.Logf("Before: east runs %d, west %d", shares["east"], shares["west"])
+	old := e.waitReadyOnKarmada(g, obj)
+	g.Expect(old.Status.ServingRevision).NotTo(BeEmpty(), "the revision both members serve")
+
+	west, east := e.member("west"), e.member("east")
+	west.cordon(g, true)
+	defer west.cordon(g, false)
+	patch := client.MergeFrom(old.DeepCopy())
+	revised := old.DeepCopy()
+	revised.Spec.Model.Source.S3.Prefix = "revised/v2/"
+	g.Expect(e.hub.Patch(ctx, revised, patch)).To(Succeed())
+	changed := time.Now()
+	g.Expect(revised.Generation).To(BeNumerically(">", old.Generation))
+	t.Logf("The model's source changed on Karmada (generation %d to %d) with west's nodes cordoned", old.Generation, revised.Generation)
+
+	// east serves the new revision; west has taken the new spec but serves
+	// the old revision.
+	var newRevision string
+	g.Eventually(func(g Gomega) {
+		got := &servingv1.AIInference{}
+		g.Expect(east.k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+		g.Expect(got.Spec.Model.Source.S3.Prefix).To(Equal("revised/v2/"))
+		g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+		g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseReady))
+		g.Expect(got.Status.UpdatedReplicas).To(Equal(shares["east"]))
+		g.Expect(got.Status.ServingRevision).NotTo(Equal(old.Status.ServingRevision))
+		newRevision = got.Status.ServingRevision
+	}).WithTimeout(3 * time.Minute).WithPolling(500 * time.Millisecond).Should(Succeed())
+	t.Logf("east serves revision %s (was %s) %s after the change", newRevision, old.Status.ServingRevision, time.Since(changed).Round(100*time.Millisecond))
+	westServesOld := func(g Gomega) {
+		got := &servingv1.AIInference{}
+		g.Expect(west.k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+		g.Expect(got.Spec.Model.Source.S3.Prefix).To(Equal("revised/v2/"))
+		g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+		// Its new pod waits for a node (Deployment counts it as updated): the
+		// old one serves.
+		g.Expect(got.Status.ServingRevision).To(Equal(old.Status.ServingRevision))
+		g.Expect(got.Status.Phase).NotTo(Equal(servingv1.PhaseReady))
+	}
+	g.Eventually(westServesOld).WithTimeout(time.Minute).WithPolling(500 * time.Millisecond).Should(Succeed())
+
+	// Meanwhile Karmada's template is not Ready: checked for 10 s while west
+	// goes on serving the old revision.
+	held := &servingv1.AIInference{}
+	g.Consistently(func(g Gomega) {
+		westServesOld(g)
+		g.Expect(e.hub.Get(ctx, client.ObjectKeyFromObject(obj), held)).To(Succeed())
+		ready := meta.FindStatusCondition(held.Status.Conditions, servingv1.ConditionReady)
+		g.Expect(ready).NotTo(BeNil())
+		g.Expect(ready.Status).NotTo(Equal(metav1.ConditionTrue), "Karmada's Ready while west serves the old revision: %s", ready.Message)
+		g.Expect(held.Status.Phase).NotTo(Equal(servingv1.PhaseReady))
+	}).WithTimeout(10 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
+	heldReady := meta.FindStatusCondition(held.Status.Conditions, servingv1.ConditionReady)
+	t.Logf("While west serves the old revision, on Karmada: phase %s, %d/%d ready, %d updated, revision %q, Ready %s: %s (%s)",
+		held.Status.Phase, held.Status.ReadyReplicas, held.Status.Replicas, held.Status.UpdatedReplicas, held.Status.ServingRevision,
+		heldReady.Status, heldReady.Reason, heldReady.Message)
+	g.Expect(heldReady.Message).To(HavePrefix("west: "), "the member that blocks it")
+
+	// west's nodes take pods again: it rolls out, and Karmada reads Ready.
+	west.cordon(g, false)
+	released := time.Now()
+	got := e.waitReadyOnKarmada(g, revised)
+	g.Expect(got.Status.ServingRevision).To(Equal(newRevision))
+	g.Expect(got.Status.UpdatedReplicas).To(Equal(int32(3)))
+	for _, name := range eastAndWest {
+		m := e.member(name)
+		member := &servingv1.AIInference{}
+		g.Expect(m.k8s.Get(ctx, client.ObjectKeyFromObject(obj), member)).To(Succeed())
+		g.Expect(member.Status.ServingRevision).To(Equal(newRevision), "the revision %s serves", m.name)
+	}
+	t.Logf("west released: Karmada's template Ready on revision %s %s later (%s after the change)",
+		newRevision, time.Since(released).Round(100*time.Millisecond), time.Since(changed).Round(100*time.Millisecond))
+}
+
+// TestKubectlAIIStatusOnKarmadaNamesTheBlockingMember runs kubectl aii
+// status (the plugin's own command code) against Karmada's API server, where
+// an AIInference is a resource template with no pods: with west's nodes
+// cordoned, west's share cannot be scheduled, and status must show the
+// aggregated phase and ready count, each member's part from the
+// ResourceBinding, and west as the member that blocks it, and why; once west
+// takes pods again, Ready with nothing blocking. Against a member it shows
+// that member's pods, as against any cluster.
+func TestKubectlAIIStatusOnKarmadaNamesTheBlockingMember(t *testing.T) {
+	e := setup(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	e.applyInterpreter(t, g, nil)
+	ns := e.namespace(t, g, "aii-status")
+	obj := inference(ns, "explained", 3, 2)
+	defer e.remove(t, obj)
+	defer e.dump(t, ns, obj.Name)
+	west := e.member("west")
+	west.cordon(g, true)
+	defer west.cordon(g, false)
+	g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(propagationPolicy(ns, obj.Name, eastAndWest)),
+		client.FieldOwner("multicluster-test"))).To(Succeed())
+	g.Expect(e.hub.Create(ctx, obj)).To(Succeed())
+
+	var out string
+	g.Eventually(func(g Gomega) {
+		out = aiiStatus(g, e.karmada.Kubeconfig(), ns, obj.Name)
+		g.Expect(out).To(ContainSubstring("AIInference aii-status/explained: Pending, 2/3 ready"))
+		g.Expect(out).To(ContainSubstring("A Karmada resource template: its pods run in the member clusters"))
+		g.Expect(out).To(MatchRegexp(`(?m)^east +2 +true +Healthy +Ready +2/2 `))
+		g.Expect(out).To(MatchRegexp(`(?m)^west +1 +true +\S+ +Pending +0/1 .* Unschedulable$`))
+		g.Expect(out).To(MatchRegexp(`(?m)^Blocked by west: Unschedulable: .*cannot be scheduled`))
+		g.Expect(out).NotTo(ContainSubstring("Blocked by east"))
+		g.Expect(out).NotTo(ContainSubstring("No pods."))
+	}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	t.Logf("kubectl aii status on Karmada, west cordoned:\n%s", out)
+
+	west.cordon(g, false)
+	e.waitReadyOnKarmada(g, obj)
+	out = aiiStatus(g, e.karmada.Kubeconfig(), ns, obj.Name)
+	g.Expect(out).To(ContainSubstring("AIInference aii-status/explained: Ready, 3/3 ready"))
+	g.Expect(out).To(MatchRegexp(`(?m)^west +1 +true +Healthy +Ready +1/1 `))
+	g.Expect(out).NotTo(ContainSubstring("Blocked by"))
+	t.Logf("kubectl aii status on Karmada, west released:\n%s", out)
+
+	out = aiiStatus(g, e.member("east").cluster.Kubeconfig(), ns, obj.Name)
+	g.Expect(out).To(ContainSubstring("AIInference aii-status/explained: Ready, 2/2 ready"))
+	g.Expect(out).To(MatchRegexp(`(?m)^POD +SPEC +NODE`))
+	g.Expect(out).NotTo(ContainSubstring("Karmada"))
+}
+
+// aiiStatus runs kubectl aii status NAME against the API server of
+// kubeconfig and returns what it prints.
+func aiiStatus(g Gomega, kubeconfig, ns, name string) string {
+	var out, errOut bytes.Buffer
+	cmd := kubectlaii.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+	cmd.SetArgs([]string{"--kubeconfig", kubeconfig, "-n", ns, "status", name})
+	g.Expect(cmd.ExecuteContext(context.Background())).To(Succeed(), "kubectl aii status: %s", errOut.String())
+	return out.String()
 }
 
 // failoverToleration is how long an AIInference stays on a member that is
@@ -398,12 +631,32 @@ const failoverToleration = 5 * time.Second
 func TestKarmadaMovesReplicasOffAStoppedMember(t *testing.T) {
 	e := setup(t)
 	g := NewWithT(t)
-	ctx := context.Background()
 	e.applyInterpreter(t, g, nil)
 	ns := e.namespace(t, g, "failover")
 	obj := inference(ns, "moved", 3, 2)
 	defer e.dump(t, ns, obj.Name)
+	f := e.failOver(t, g, obj)
+	g.Expect(f.shares["east"] + f.shares["west"]).To(Equal(int32(3)))
+	t.Logf("After west stopped: Karmada's Cluster west not Ready at %s, tainted NoExecute at %s; east runs 3 replicas, Ready, at %s",
+		f.notReady.Round(100*time.Millisecond), f.tainted.Round(100*time.Millisecond), f.moved.Round(100*time.Millisecond))
+}
 
+// failover is what failOver saw, its times from the start of west's stop.
+type failover struct {
+	shares                      map[string]int32 // before the stop
+	stopping, notReady, tainted time.Duration
+	// moved: east runs every replica, Ready.
+	moved time.Duration
+}
+
+// failOver places obj on east and west with failover asked for (a
+// ClusterTaintPolicy that taints a member not Ready NoExecute, tolerated by
+// the PropagationPolicy for failoverToleration), waits until both run a part,
+// Ready, stops west (its operator and its control plane) and waits until east
+// runs every replica, Ready.
+func (e *env) failOver(t *testing.T, g *WithT, obj *servingv1.AIInference) failover {
+	t.Helper()
+	ctx := context.Background()
 	taintPolicy := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "policy.karmada.io/v1alpha1",
 		"kind":       "ClusterTaintPolicy",
@@ -415,7 +668,7 @@ func TestKarmadaMovesReplicasOffAStoppedMember(t *testing.T) {
 		},
 	}}
 	g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(taintPolicy), client.FieldOwner("multicluster-test"))).To(Succeed())
-	pp := propagationPolicy(ns, obj.Name)
+	pp := propagationPolicy(obj.Namespace, obj.Name, eastAndWest)
 	tolerations := []any{}
 	for _, key := range []string{"cluster.karmada.io/not-ready", "cluster.karmada.io/unreachable"} {
 		tolerations = append(tolerations, map[string]any{"key": key, "operator": "Exists", "effect": "NoExecute",
@@ -425,50 +678,219 @@ func TestKarmadaMovesReplicasOffAStoppedMember(t *testing.T) {
 	g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(pp), client.FieldOwner("multicluster-test"))).To(Succeed())
 	g.Expect(e.hub.Create(ctx, obj)).To(Succeed())
 
-	// Both members run a part, Ready, and Karmada says so.
-	shares := map[string]int32{}
-	for _, m := range e.members {
-		g.Eventually(func(g Gomega) {
-			got := &servingv1.AIInference{}
-			g.Expect(m.k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
-			g.Expect(got.Spec.Replicas).To(HaveValue(BeNumerically(">", 0)))
-			g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseReady))
-			g.Expect(got.Status.ReadyReplicas).To(Equal(*got.Spec.Replicas))
-			shares[m.name] = *got.Spec.Replicas
-		}).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Succeed(), "the member %s", m.name)
-	}
-	g.Expect(shares["east"] + shares["west"]).To(Equal(int32(3)))
-	t.Logf("Before: east runs %d, west %d", shares["east"], shares["west"])
+	// Both members run a part, Ready.
+	f := failover{shares: e.runningParts(g, obj, eastAndWest)}
+	t.Logf("Before: east runs %d, west %d", f.shares["east"], f.shares["west"])
 
 	west, east := e.member("west"), e.member("east")
 	stopped := time.Now()
 	west.operator.Stop()
 	g.Expect(west.cluster.Stop()).To(Succeed())
-	t.Logf("west stopped (its operator and control plane) in %s", time.Since(stopped).Round(100*time.Millisecond))
+	f.stopping = time.Since(stopped)
+	t.Logf("west stopped (its operator and control plane) in %s", f.stopping.Round(100*time.Millisecond))
 
-	var notReady, tainted time.Duration
+	replicas := *obj.Spec.Replicas
 	g.Eventually(func(g Gomega) {
 		cluster := &unstructured.Unstructured{}
 		cluster.SetGroupVersionKind(localcluster.ClusterGVK)
 		g.Expect(e.hub.Get(ctx, client.ObjectKey{Name: "west"}, cluster)).To(Succeed())
-		if notReady == 0 && clusterReady(cluster) != "True" {
-			notReady = time.Since(stopped)
+		if f.notReady == 0 && clusterReady(cluster) != "True" {
+			f.notReady = time.Since(stopped)
 		}
 		taints, _, _ := unstructured.NestedSlice(cluster.Object, "spec", "taints")
 		for _, taint := range taints {
-			if taint.(map[string]any)["effect"] == "NoExecute" && tainted == 0 {
-				tainted = time.Since(stopped)
+			if taint.(map[string]any)["effect"] == "NoExecute" && f.tainted == 0 {
+				f.tainted = time.Since(stopped)
 			}
 		}
 		got := &servingv1.AIInference{}
 		g.Expect(east.k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
-		g.Expect(got.Spec.Replicas).To(HaveValue(Equal(int32(3))))
+		g.Expect(got.Spec.Replicas).To(HaveValue(Equal(replicas)))
 		g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
 		g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseReady))
-		g.Expect(got.Status.ReadyReplicas).To(Equal(int32(3)))
-	}).WithTimeout(3 * time.Minute).WithPolling(500 * time.Millisecond).Should(Succeed())
-	t.Logf("After west stopped: Karmada's Cluster west not Ready at %s, tainted NoExecute at %s; east runs 3 replicas, Ready, at %s",
-		notReady.Round(100*time.Millisecond), tainted.Round(100*time.Millisecond), time.Since(stopped).Round(100*time.Millisecond))
+		g.Expect(got.Status.ReadyReplicas).To(Equal(replicas))
+	}).WithTimeout(3 * time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+	f.moved = time.Since(stopped)
+	return f
+}
+
+// benchEnv is the variable that asks for TestBenchKarmada (make
+// bench-karmada), besides karmadaEnv.
+const benchEnv = "KARMADA_BENCH"
+
+// benchReplicas are the counts of replicas of 2 GPUs TestBenchKarmada
+// applies; the last is also the count it fails over.
+var benchReplicas = []int32{4, 8}
+
+// benchRuns is how many times TestBenchKarmada applies each count each way.
+const benchRuns = 3
+
+// median is the middle of durations (the upper of the two middle ones for an
+// even count).
+func median(durations []time.Duration) time.Duration {
+	sorted := slices.Sorted(slices.Values(durations))
+	return sorted[len(sorted)/2]
+}
+
+// TestBenchKarmada prints the figures of docs/multicluster.md: seconds from
+// the apply of an AIInference of N replicas of 2 GPUs to Ready, on Karmada
+// over east and west (the template's aggregated Ready), against the same N
+// applied straight to one cluster with the same free GPUs (single: east's and
+// west's nodes together, its own operator, no Karmada); and seconds from
+// west stopped to its replicas Ready on east. It stops west: run it alone
+// (make bench-karmada).
+func TestBenchKarmada(t *testing.T) {
+	if os.Getenv(benchEnv) == "" {
+		t.Skipf("%s=1 runs it (make bench-karmada)", benchEnv)
+	}
+	e := setup(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	e.applyInterpreter(t, g, nil)
+	ns := e.namespace(t, g, "bench")
+
+	singleCluster, err := e.startCluster(ctx, "single", singleClusterPools)
+	g.Expect(err).NotTo(HaveOccurred())
+	single := &member{name: "single", cluster: singleCluster}
+	defer func() {
+		if single.operator != nil {
+			single.operator.Stop()
+		}
+		_ = single.cluster.Stop()
+	}()
+	g.Expect(e.runOperator(ctx, single)).To(Succeed())
+	g.Expect(single.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+
+	for _, n := range benchReplicas {
+		var viaKarmada, straight []time.Duration
+		for run := range benchRuns {
+			obj := inference(ns, fmt.Sprintf("karmada-%d-%d", n, run), n, 2)
+			g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(propagationPolicy(ns, obj.Name, eastAndWest)),
+				client.FieldOwner("multicluster-test"))).To(Succeed())
+			start := time.Now()
+			g.Expect(e.hub.Create(ctx, obj)).To(Succeed())
+			got := e.waitReadyOnKarmada(g, obj)
+			viaKarmada = append(viaKarmada, time.Since(start))
+			g.Expect(got.Status.ReadyReplicas).To(Equal(n))
+			shares := map[string]int32{}
+			for _, m := range e.members {
+				part := &servingv1.AIInference{}
+				if err := m.k8s.Get(ctx, client.ObjectKeyFromObject(obj), part); err == nil {
+					shares[m.name] = *part.Spec.Replicas
+				}
+			}
+			e.remove(t, obj)
+
+			direct := inference(ns, fmt.Sprintf("single-%d-%d", n, run), n, 2)
+			start = time.Now()
+			g.Expect(single.k8s.Create(ctx, direct)).To(Succeed())
+			g.Eventually(func(g Gomega) {
+				got := &servingv1.AIInference{}
+				g.Expect(single.k8s.Get(ctx, client.ObjectKeyFromObject(direct), got)).To(Succeed())
+				g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+				g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseReady))
+				g.Expect(got.Status.ReadyReplicas).To(Equal(n))
+			}).WithTimeout(3 * time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+			straight = append(straight, time.Since(start))
+			g.Expect(single.k8s.Delete(ctx, direct)).To(Succeed())
+			g.Eventually(podsGone(single.k8s, direct)).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+			t.Logf("karmada figure: run %d, %d replicas: %.1f s on Karmada (east %d, west %d), %.1f s on one cluster",
+				run+1, n, viaKarmada[run].Seconds(), shares["east"], shares["west"], straight[run].Seconds())
+		}
+		k, o := median(viaKarmada), median(straight)
+		t.Logf("karmada figure: apply -> Ready, %d replicas of 2 GPUs, median of %d: %.1f s on Karmada over east and west (%.1f-%.1f), %.1f s applied to one cluster with the same 20 GPUs (%.1f-%.1f); %.2fx",
+			n, benchRuns, k.Seconds(), slices.Min(viaKarmada).Seconds(), slices.Max(viaKarmada).Seconds(),
+			o.Seconds(), slices.Min(straight).Seconds(), slices.Max(straight).Seconds(), k.Seconds()/o.Seconds())
+	}
+
+	n := benchReplicas[len(benchReplicas)-1]
+	f := e.failOver(t, g, inference(ns, "moved", n, 2))
+	t.Logf("karmada figure: west stopped (%d of %d replicas) -> east runs all %d, Ready: %.1f s (west's API server stopped in %.1f s; Cluster west not Ready at %.1f s, tainted NoExecute at %.1f s)",
+		f.shares["west"], n, n, f.moved.Seconds(), f.stopping.Seconds(), f.notReady.Seconds(), f.tainted.Seconds())
+}
+
+// runningParts waits until every member runs a part of obj (a share of its
+// replicas) for the member's current generation, Ready, and returns the
+// shares.
+func (e *env) runningParts(g *WithT, obj *servingv1.AIInference, members []string) map[string]int32 {
+	ctx := context.Background()
+	shares := map[string]int32{}
+	for _, name := range members {
+		m := e.member(name)
+		g.Eventually(func(g Gomega) {
+			got := &servingv1.AIInference{}
+			g.Expect(m.k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+			g.Expect(got.Spec.Replicas).To(HaveValue(BeNumerically(">", 0)))
+			g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+			g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseReady))
+			g.Expect(got.Status.ReadyReplicas).To(Equal(*got.Spec.Replicas))
+			shares[m.name] = *got.Spec.Replicas
+		}).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Succeed(), "the member %s", m.name)
+	}
+	return shares
+}
+
+// waitReadyOnKarmada waits until the template on Karmada reads Ready for its
+// current generation, and returns it.
+func (e *env) waitReadyOnKarmada(g *WithT, obj *servingv1.AIInference) *servingv1.AIInference {
+	got := &servingv1.AIInference{}
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.hub.Get(context.Background(), client.ObjectKeyFromObject(obj), got)).To(Succeed())
+		g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+		ready := meta.FindStatusCondition(got.Status.Conditions, servingv1.ConditionReady)
+		g.Expect(ready).NotTo(BeNil())
+		g.Expect(ready.Status).To(Equal(metav1.ConditionTrue), "Ready: %s", ready.Message)
+		g.Expect(ready.ObservedGeneration).To(Equal(got.Generation))
+		g.Expect(got.Status.Phase).To(Equal(servingv1.PhaseReady))
+	}).WithTimeout(3*time.Minute).WithPolling(200*time.Millisecond).Should(Succeed(), "Ready on Karmada")
+	return got
+}
+
+// cordon marks every node of the member unschedulable, or schedulable again:
+// its running pods go on, new ones wait.
+func (m *member) cordon(g *WithT, unschedulable bool) {
+	ctx := context.Background()
+	nodes := &corev1.NodeList{}
+	g.Expect(m.k8s.List(ctx, nodes)).To(Succeed())
+	for i := range nodes.Items {
+		node := &nodes.Items[i]
+		patch := client.MergeFrom(node.DeepCopy())
+		node.Spec.Unschedulable = unschedulable
+		g.Expect(m.k8s.Patch(ctx, node, patch)).To(Succeed())
+	}
+}
+
+// remove deletes obj on Karmada and waits until no member runs a pod of it
+// and Karmada's summaries of the members count no GPU in use, so that the
+// next test finds every member's GPUs free (Karmada divides by them).
+func (e *env) remove(t *testing.T, obj *servingv1.AIInference) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	g.Expect(client.IgnoreNotFound(e.hub.Delete(ctx, obj))).To(Succeed())
+	start := time.Now()
+	for _, m := range e.members {
+		g.Eventually(func(g Gomega) {
+			podsGone(m.k8s, obj)(g)
+			cluster := &unstructured.Unstructured{}
+			cluster.SetGroupVersionKind(localcluster.ClusterGVK)
+			g.Expect(e.hub.Get(ctx, client.ObjectKey{Name: m.name}, cluster)).To(Succeed())
+			for _, field := range []string{"allocated", "allocating"} {
+				gpus, _, _ := unstructured.NestedString(cluster.Object, "status", "resourceSummary", field, "nvidia.com/gpu")
+				g.Expect(gpus).To(Or(BeEmpty(), Equal("0")), "GPUs %s on %s, in Karmada's summary", field, m.name)
+			}
+		}).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(Succeed(), "%s freed of %s", m.name, obj.Name)
+	}
+	t.Logf("Removed %s: its pods gone and every member's GPUs free in Karmada's summaries %s later", obj.Name, time.Since(start).Round(100*time.Millisecond))
+}
+
+// podsGone checks that no pod of obj is left in the cluster of k8s.
+func podsGone(k8s client.Client, obj *servingv1.AIInference) func(Gomega) {
+	return func(g Gomega) {
+		pods := &corev1.PodList{}
+		g.Expect(k8s.List(context.Background(), pods, client.InNamespace(obj.Namespace), client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
+		g.Expect(pods.Items).To(BeEmpty())
+	}
 }
 
 // clusterReady is the status of a Karmada Cluster's Ready condition.
