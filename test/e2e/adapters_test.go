@@ -369,13 +369,7 @@ func TestRealNodeAdaptersThroughTheRouterAndTheNodeCache(t *testing.T) {
 	// copy: the store is not read again.
 	update(g, obj, func(o *servingv1.AIInference) { o.Spec.Adapters = []servingv1.AdapterSpec{sql} })
 	g.Expect(k8s.Delete(ctx, &pod, client.GracePeriodSeconds(0))).To(Succeed())
-	var next corev1.Pod
-	g.Eventually(func(g Gomega) {
-		pods := servingPods(g, obj)
-		g.Expect(pods).To(HaveLen(1))
-		g.Expect(pods[0].UID).NotTo(Equal(pod.UID))
-		next = pods[0]
-	}).WithTimeout(realReadyTimeout).WithPolling(250 * time.Millisecond).Should(Succeed())
+	next := successorPod(g, obj, pod)
 	g.Eventually(func() (string, error) {
 		a, err := routedComplete(newConnectionClient, url, sql.Name, "SELECT 3")
 		return a.pod, err

@@ -79,13 +79,7 @@ func TestRealNodeModelFromAnImageVolume(t *testing.T) {
 	g.Expect(pod.Spec.NodeName).To(Equal(node))
 	begin = time.Now()
 	g.Expect(k8s.Delete(ctx, &pod)).To(Succeed())
-	var next corev1.Pod
-	g.Eventually(func(g Gomega) {
-		pods := servingPods(g, obj)
-		g.Expect(pods).To(HaveLen(1))
-		g.Expect(pods[0].UID).NotTo(Equal(pod.UID))
-		next = pods[0]
-	}).WithTimeout(realReadyTimeout).WithPolling(250 * time.Millisecond).Should(Succeed())
+	next := successorPod(g, obj, pod)
 	warm := time.Since(begin)
 	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(&next), &next)).To(Succeed())
 	g.Expect(next.Spec.NodeName).To(Equal(node))

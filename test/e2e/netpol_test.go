@@ -153,29 +153,20 @@ func TestRealNodeNetworkPolicyIsEnforced(t *testing.T) {
 // once one came back; exits 1 with the last error as its termination message
 // when none did within 20 s.
 func clientPod(ns, role, url, model string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "client-" + role, Labels: map[string]string{clientRoleLabel: role}},
-		Spec: corev1.PodSpec{
-			RestartPolicy: corev1.RestartPolicyNever,
-			NodeSelector:  map[string]string{localcluster.GPUProductLabel: realGPUProduct},
-			Tolerations:   []corev1.Toleration{{Key: localcluster.GPUTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
-			Containers: []corev1.Container{{
-				Name: "client", Image: loaderImage, ImagePullPolicy: corev1.PullIfNotPresent,
-				Args: []string{"warmup", "--engine-url=" + url, "--model=" + model, "--timeout=20s",
-					"--request-timeout=3s", "--backoff=1s", "--max-backoff=2s"},
-				ReadinessProbe: &corev1.Probe{
-					ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: warmup.ReadyPath, Port: intstr.FromInt32(warmup.Port)}},
-					PeriodSeconds: 1,
-				},
-				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-					corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")}},
-				SecurityContext: &corev1.SecurityContext{
-					RunAsNonRoot: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
-					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
-			}},
+	pod := realNodePod(ns, "client-"+role, corev1.Container{
+		Name: "client", Image: loaderImage, ImagePullPolicy: corev1.PullIfNotPresent,
+		Args: []string{"warmup", "--engine-url=" + url, "--model=" + model, "--timeout=20s",
+			"--request-timeout=3s", "--backoff=1s", "--max-backoff=2s"},
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: warmup.ReadyPath, Port: intstr.FromInt32(warmup.Port)}},
+			PeriodSeconds: 1,
 		},
-	}
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")}},
+	})
+	pod.Labels = map[string]string{clientRoleLabel: role}
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	return pod
 }
 
 // waitAnswered waits until the client pod has had its completion (Ready).

@@ -179,6 +179,36 @@ func servingPods(g Gomega, obj *servingv1.AIInference) []corev1.Pod {
 	return ready
 }
 
+// successorPod waits for the one ready pod of obj that is not old (deleted
+// by the caller): its Deployment's replacement.
+func successorPod(g Gomega, obj *servingv1.AIInference, old corev1.Pod) corev1.Pod {
+	var next corev1.Pod
+	g.Eventually(func(g Gomega) {
+		pods := servingPods(g, obj)
+		g.Expect(pods).To(HaveLen(1))
+		g.Expect(pods[0].UID).NotTo(Equal(old.UID))
+		next = pods[0]
+	}).WithTimeout(realReadyTimeout).WithPolling(250 * time.Millisecond).Should(Succeed())
+	return next
+}
+
+// realNodePod is a pod of one container on the real nodes (their GPU taint
+// tolerated), the container restricted as Pod Security "restricted" asks.
+func realNodePod(ns, name string, c corev1.Container) *corev1.Pod {
+	c.SecurityContext = &corev1.SecurityContext{
+		RunAsNonRoot: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{localcluster.GPUProductLabel: realGPUProduct},
+			Tolerations:  []corev1.Toleration{{Key: localcluster.GPUTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			Containers:   []corev1.Container{c},
+		},
+	}
+}
+
 // oneServingPod waits for the object's one ready pod. It was ready when the
 // status said so, but a kubelet can take it out of ready for a moment right
 // after its startup probe passes (seen once in a full make test: Ready, then

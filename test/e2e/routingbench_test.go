@@ -183,35 +183,24 @@ func TestRealNodeRoutingBench(t *testing.T) {
 // simPod is one llm-d-inference-sim pod of profile p on a real node, named
 // in its answers (x-inference-pod), its KV cache keyed by its IP.
 func simPod(ns, name, image string, p routingbench.Profile) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{localcluster.GPUProductLabel: realGPUProduct},
-			Tolerations:  []corev1.Toleration{{Key: localcluster.GPUTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
-			Containers: []corev1.Container{{
-				Name: "engine", Image: image, ImagePullPolicy: corev1.PullIfNotPresent,
-				Args:  p.Args(strconv.Itoa(simPort)),
-				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: simPort}},
-				Env: []corev1.EnvVar{
-					{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
-					{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
-				},
-				ReadinessProbe: &corev1.Probe{
-					ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/health", Port: intstr.FromInt32(simPort)}},
-					PeriodSeconds: 1,
-				},
-				// A quarter of a core: 10m would give the pod 10 CPU shares
-				// against the 1,024 of the host's processes (the router, the
-				// load generator), and starve it when the host is busy.
-				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-					corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("64Mi")}},
-				SecurityContext: &corev1.SecurityContext{
-					RunAsNonRoot: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
-					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
-			}},
+	return realNodePod(ns, name, corev1.Container{
+		Name: "engine", Image: image, ImagePullPolicy: corev1.PullIfNotPresent,
+		Args:  p.Args(strconv.Itoa(simPort)),
+		Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: simPort}},
+		Env: []corev1.EnvVar{
+			{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+			{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 		},
-	}
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/health", Port: intstr.FromInt32(simPort)}},
+			PeriodSeconds: 1,
+		},
+		// A quarter of a core: 10m would give the pod 10 CPU shares against
+		// the 1,024 of the host's processes (the router, the load
+		// generator), and starve it when the host is busy.
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("64Mi")}},
+	})
 }
 
 // simThrough sends one short chat completion as o would and returns the
