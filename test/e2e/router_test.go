@@ -30,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/yaml"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
@@ -64,16 +65,25 @@ func installRouter(t *testing.T, g *WithT) []corev1.Pod {
 	helmDir, err := testutil.BuildTools("helm")
 	g.Expect(err).NotTo(HaveOccurred())
 
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace, Labels: map[string]string{
-		"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}}
-	// The last test's namespace may still be going.
-	g.Eventually(func() error { return k8s.Create(ctx, ns.DeepCopy()) }).WithTimeout(2*time.Minute).WithPolling(time.Second).
-		Should(Succeed(), "the operator's namespace is the test's alone")
+	// The namespace stays for the next test that installs the router: its
+	// deletion can take long (it waits on every API group the server lists
+	// and on every object's finalizers), and in one CI run the next test still
+	// found it there after 2 minutes.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}
+	_, err = controllerutil.CreateOrUpdate(ctx, k8s, ns, func() error {
+		if ns.Labels == nil {
+			ns.Labels = map[string]string{}
+		}
+		ns.Labels["pod-security.kubernetes.io/enforce"], ns.Labels["pod-security.kubernetes.io/enforce-version"] = "restricted", "latest"
+		return nil
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ns.DeletionTimestamp).To(BeNil(), "namespace %s is being deleted", ns.Name)
 	t.Cleanup(func() {
 		if t.Failed() {
 			dump(t, ns.Name)
 		}
-		deleteAll(t, ns.Name)
+		shared.emptyNamespace(t, ns.Name)
 	})
 
 	// The chart's router, on the real nodes (the GPU taint is theirs).
@@ -87,9 +97,9 @@ func installRouter(t *testing.T, g *WithT) []corev1.Pod {
 	rendered, err := exec.Command(filepath.Join(helmDir, "helm"), "template", "aiinference", filepath.Join(repoRoot, "charts", "aiinference-operator"),
 		"--namespace", operatorNamespace, "--values", values, "--show-only", "templates/router.yaml").Output()
 	g.Expect(err).NotTo(HaveOccurred(), "helm template: %s", rendered)
-	var clusterScoped []*unstructured.Unstructured
+	var created []*unstructured.Unstructured
 	t.Cleanup(func() {
-		for _, obj := range clusterScoped {
+		for _, obj := range created {
 			if err := k8s.Delete(context.Background(), obj); err != nil && !apierrors.IsNotFound(err) {
 				t.Errorf("deleting %s %s: %v", obj.GetKind(), obj.GetName(), err)
 			}
@@ -103,9 +113,8 @@ func installRouter(t *testing.T, g *WithT) []corev1.Pod {
 			continue
 		}
 		g.Expect(k8s.Create(ctx, obj)).To(Succeed(), "%s %s", obj.GetKind(), obj.GetName())
+		created = append(created, obj)
 		switch {
-		case obj.GetNamespace() == "":
-			clusterScoped = append(clusterScoped, obj)
 		case obj.GetKind() == "Deployment":
 			deployment = obj.GetName()
 		case obj.GetKind() == "Service":

@@ -455,6 +455,13 @@ func deleteAll(t *testing.T, ns string) { shared.deleteAll(t, ns) }
 // deleteAll removes the test's AIInferences and waits for their pods to go, so
 // that their GPUs are free for other tests, then deletes the namespace.
 func (e *env) deleteAll(t *testing.T, ns string) {
+	e.emptyNamespace(t, ns)
+	_ = e.k8s.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+}
+
+// emptyNamespace removes the namespace's AIInferences, Deployments and pods,
+// and waits for the pods to go.
+func (e *env) emptyNamespace(t *testing.T, ns string) {
 	ctx := context.Background()
 	begin := time.Now()
 	defer func() { t.Logf("namespace %s emptied in %s", ns, time.Since(begin).Round(100*time.Millisecond)) }()
@@ -476,7 +483,6 @@ func (e *env) deleteAll(t *testing.T, ns string) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	_ = e.k8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 }
 
 // dump logs what is in a namespace of the shared cluster; see env.dump.
