@@ -18,6 +18,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/aiinference/operator/test/testutil/freeport"
 )
 
 // TestChartCertManagerModeNeedsNoCertificatePermissions renders the chart with
@@ -50,7 +52,7 @@ func TestChartCertManagerModeNeedsNoCertificatePermissions(t *testing.T) {
 
 	certDir := t.TempDir()
 	writeSelfSignedCert(t, g, certDir, "localhost")
-	port, err := freePort()
+	port, err := freeport.Pick()
 	g.Expect(err).NotTo(HaveOccurred())
 
 	charted, took := e.serveAsChart(t, g, "chart-cert-manager", release, workloads, "cert-manager-mode",

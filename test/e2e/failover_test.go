@@ -17,6 +17,7 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/test/localcluster"
+	"github.com/aiinference/operator/test/testutil/freeport"
 )
 
 // TestFailoverToTheStandbyReplica runs two operator replicas with leader election
@@ -34,7 +35,7 @@ func TestFailoverToTheStandbyReplica(t *testing.T) {
 
 	// Two replicas whose metrics say which one leads.
 	replica := func(name string) (*operatorProcess, string) {
-		port, err := freePort()
+		port, err := freeport.Pick()
 		g.Expect(err).NotTo(HaveOccurred())
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		return e.operator("failover-"+name, e.cluster.Kubeconfig(), "--metrics-secure=false", "--metrics-bind-address="+addr), addr

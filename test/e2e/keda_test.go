@@ -30,6 +30,7 @@ import (
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/test/localcluster"
 	"github.com/aiinference/operator/test/testutil"
+	"github.com/aiinference/operator/test/testutil/freeport"
 )
 
 // The bring-your-own autoscaler: KEDA's operator (v2.20.2, built from its Go
@@ -405,7 +406,7 @@ func startKEDA(t *testing.T, bin, ns string) *kedaProcess {
 	g.Expect(os.WriteFile(filepath.Join(certDir, "ca.crt"), cert, 0o600)).To(Succeed())
 	var ports [3]int
 	for i := range ports {
-		p, err := freePort()
+		p, err := freeport.Pick()
 		if err != nil {
 			t.Fatal(err)
 		}

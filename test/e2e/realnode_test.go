@@ -32,6 +32,7 @@ import (
 	"github.com/aiinference/operator/internal/loadspec"
 	"github.com/aiinference/operator/test/localcluster"
 	"github.com/aiinference/operator/test/s3test"
+	"github.com/aiinference/operator/test/testutil/freeport"
 )
 
 // The tests in this file run pods for real on the cluster's real node: the model
@@ -448,7 +449,7 @@ func TestRealNodeRetryableFailureIsBounded(t *testing.T) {
 	// loader retries it within the attempt until loading.timeout (at its least)
 	// ends the attempt; without it, an attempt retries a refused connection for
 	// about 40 s.
-	closed, err := freePort()
+	closed, err := freeport.Pick()
 	g.Expect(err).NotTo(HaveOccurred())
 	endpoint, err := url.Parse(store.Endpoint)
 	g.Expect(err).NotTo(HaveOccurred())

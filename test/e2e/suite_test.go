@@ -381,15 +381,6 @@ func (e *env) operator(name, kubeconfig string, extraArgs ...string) *operatorPr
 // operatorProcess is the operator binary running against a local cluster.
 type operatorProcess = operatorproc.Process
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // newNamespace gives a test its own namespace on the shared cluster; see
 // env.newNamespace.
 func newNamespace(t *testing.T) string { t.Helper(); return shared.newNamespace(t) }

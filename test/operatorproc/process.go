@@ -7,13 +7,14 @@ package operatorproc
 import (
 	"bufio"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/aiinference/operator/test/testutil/freeport"
 )
 
 // Process is the operator binary running against a local cluster.
@@ -35,7 +36,7 @@ func (o *Process) Start() error {
 	if err != nil {
 		return err
 	}
-	port, err := freePort()
+	port, err := freeport.Pick()
 	if err != nil {
 		logFile.Close()
 		return err
@@ -115,13 +116,4 @@ func (o *Process) LogLines(namespace string, lines int) string {
 		}
 	}
 	return strings.Join(all[max(len(all)-lines, 0):], "\n")
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

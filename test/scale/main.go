@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -42,6 +41,7 @@ import (
 	"github.com/aiinference/operator/internal/manager"
 	"github.com/aiinference/operator/test/localcluster"
 	"github.com/aiinference/operator/test/testutil"
+	"github.com/aiinference/operator/test/testutil/freeport"
 )
 
 func main() {
@@ -438,11 +438,11 @@ type operator struct {
 }
 
 func startOperator(bin, kubeconfig, logPath string, extraArgs ...string) (*operator, error) {
-	port, err := freePort()
+	port, err := freeport.Pick()
 	if err != nil {
 		return nil, err
 	}
-	health, err := freePort()
+	health, err := freeport.Pick()
 	if err != nil {
 		return nil, err
 	}
@@ -458,7 +458,7 @@ func startOperator(bin, kubeconfig, logPath string, extraArgs ...string) (*opera
 		"--loader-image=example.test/model-loader:bench")
 	o.cmd.Args = append(o.cmd.Args, extraArgs...)
 	if profileDir != "" {
-		pprof, err := freePort()
+		pprof, err := freeport.Pick()
 		if err != nil {
 			return nil, err
 		}
@@ -615,15 +615,6 @@ func (o *operator) usage() (int64, time.Duration, error) {
 	utime, _ := strconv.ParseInt(fields[11], 10, 64)
 	stime, _ := strconv.ParseInt(fields[12], 10, 64)
 	return hwm, time.Duration(utime+stime) * 10 * time.Millisecond, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // requestsByMethod sums client-go's rest_client_requests_total by HTTP method:
