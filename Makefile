@@ -40,8 +40,8 @@ generate: ## Generate DeepCopy methods
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
 
 .PHONY: fmt
-fmt: ## go fmt
-	go fmt ./...
+fmt: ## gofmt every Go file (both modules)
+	gofmt -w .
 
 .PHONY: vet
 vet: ## go vet
@@ -104,7 +104,7 @@ TEST_LDFLAGS ?= -w
 # and a restarted kube-apiserver died (TestRealNodeModelCacheFaults,
 # TestRealNodeFailureReasons, TestChaosOperatorKilledWhileItWorks failed in
 # fresh-clone make test runs and passed alone).
-test: tools ## Everything CI runs: vet, unit, envtest integration, loader, end-to-end and (root, cgroup v1) real-node tests
+test: tools ## Everything CI runs: gofmt, vet, unit, envtest integration, loader, end-to-end and (root, cgroup v1) real-node tests
 	status=0; real_node=1; skipped=(); \
 	if [ "$(REQUIRE_REAL_NODE)" != 1 ] && ! why=$$(hack/real-node-host.sh 2>&1); then \
 		real_node=0; \
@@ -114,6 +114,8 @@ test: tools ## Everything CI runs: vet, unit, envtest integration, loader, end-t
 		skipped+=("the promtool checks (metric names, alert rules, dashboard queries): promtool is not installed, and installing it (apt-get install prometheus) needs root"); \
 	fi; \
 	for s in "$${skipped[@]}"; do echo "make test: skipping $$s" >&2; done; \
+	unformatted=$$(gofmt -l .); \
+	if [ -n "$$unformatted" ]; then echo "make test: not formatted (make fmt):" $$unformatted >&2; status=1; fi; \
 	go vet ./... & vet=$$!; \
 	(cd hack/images && go test ./... -count=1 -timeout 5m) & images=$$!; \
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -p $(TEST_PARALLEL) -ldflags='$(TEST_LDFLAGS)' $$(go list ./... | grep -v -e '/test/e2e$$' -e '/test/localcluster$$' -e '/test/multicluster$$') -count=1 -timeout 30m || status=1; \
