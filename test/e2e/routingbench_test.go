@@ -148,28 +148,29 @@ func TestRealNodeRoutingBench(t *testing.T) {
 	}
 
 	fmt.Fprintf(out, "routing bench (real nodes): %d simulator pods of %s\n", replicas, profile)
+	routingbench.PrintWorkload(out)
 	sims := startSims(replicas, profile, "service")
-	viaService := routingbench.RunOptions{Targets: []string{clusterIPURL(g, svc)}, MaxConcurrent: 64, ThinkTime: routingbench.ThinkTime}
+	viaService := routingbench.RunOptions{Targets: []string{clusterIPURL(g, svc)}}
 	reachesAll(sims, viaService)
 	service := sweep("service", sims, viaService)
 	stopSims(sims)
 
 	sims = startSims(replicas, profile, "service")
-	viaGateway := routingbench.RunOptions{Targets: []string{gw.URL}, Host: host, MaxConcurrent: 64, ThinkTime: routingbench.ThinkTime}
+	viaGateway := routingbench.RunOptions{Targets: []string{gw.URL}, Host: host}
 	reachesAll(sims, viaGateway)
 	gateway := sweep("gateway", sims, viaGateway)
 	stopSims(sims)
 
 	sims = startSims(replicas, profile, "router")
 	rt := router.New(router.Options{}, routingbench.NewFixedDirectory("bench", "chat", sims), router.NetworkPolicyCheck{}, nil, logr.Discard())
-	routed := sweep("router", sims, routingbench.RunOptions{Targets: []string{routingbench.ServeRouter(t, rt)}, MaxConcurrent: 64, ThinkTime: routingbench.ThinkTime})
+	routed := sweep("router", sims, routingbench.RunOptions{Targets: []string{routingbench.ServeRouter(t, rt)}})
 	stopSims(sims)
 
 	big := profile
 	big.KVCacheBlocks *= replicas
 	big.MaxNumSeqs *= replicas
 	one := startSims(1, big, "bound")
-	bound := sweep("bound", one, routingbench.RunOptions{Targets: []string{"http://" + one[0].Addr}, MaxConcurrent: 64, ThinkTime: routingbench.ThinkTime})
+	bound := sweep("bound", one, routingbench.RunOptions{Targets: []string{"http://" + one[0].Addr}})
 	stopSims(one)
 
 	for i, p := range points {

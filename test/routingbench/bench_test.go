@@ -68,7 +68,7 @@ func TestBenchRouting(t *testing.T) {
 	out := os.Stdout
 
 	measure := func(name string, sims []*Sim, targets []string, p SweepPoint) Summary {
-		s, err := Measure(ctx, out, name, sims, RunOptions{Targets: targets, MaxConcurrent: 64, ThinkTime: ThinkTime}, p)
+		s, err := Measure(ctx, out, name, sims, RunOptions{Targets: targets}, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,8 +88,7 @@ func TestBenchRouting(t *testing.T) {
 	}
 
 	fmt.Fprintf(out, "routing bench: %d replicas of %s\n", replicas, profile)
-	fmt.Fprintf(out, "routing bench: workload %s: per rate %d tenants, system prompt %d words, %d conversations each of %d turns of %d words resending the history, %d output tokens\n",
-		SweepFile, benchShape.Tenants, benchShape.SystemPromptWords, benchShape.Conversations, benchShape.Turns, benchShape.TurnWords, benchShape.MaxTokens)
+	PrintWorkload(out)
 
 	// Round robin, then the router, each on fresh simulators through the
 	// whole sweep (the caches carry from one rate to the next, as in a
