@@ -34,35 +34,41 @@ var root = filepath.Join("..", "..")
 // benchmarks run. A flag of the docs that is neither one of ours nor here is
 // a mistake.
 var externalFlags = map[string]string{
-	"endpoint-reconciler-type":  "kube-apiserver",
-	"hostname-override":         "kubelet",
-	"cleanup":                   "kube-proxy",
-	"for":                       "kubectl wait",
-	"overwrite":                 "kubectl annotate",
-	"strict":                    "promtool",
-	"force-dummy-tokenizer":     "llm-d-inference-sim",
-	"served-model-name":         "vLLM, llm-d-inference-sim",
-	"tensor-parallel-size":      "vLLM",
-	"max-num-batched-tokens":    "vLLM",
-	"port":                      "vLLM, llm-d-inference-sim",
-	"model":                     "vLLM, llm-d-inference-sim",
-	"model-id":                  "TGI",
-	"num-shard":                 "TGI",
-	"model-repository":          "Triton",
-	"model-store":               "Triton",
-	"http-port":                 "Triton",
-	"metrics-config":            "Triton",
-	"transfers":                 "rclone",
-	"multi-thread-streams":      "rclone",
-	"multi-thread-chunk-size":   "rclone",
-	"profiling":                 "kube-apiserver",
-	"take-ownership":            "helm install",
-	"enable-lora":               "vLLM",
-	"max-loras":                 "vLLM, llm-d-inference-sim",
-	"max-cpu-loras":             "vLLM, llm-d-inference-sim",
-	"max-lora-rank":             "vLLM",
-	"ray":                       "vLLM's multi-node-serving.sh (--ray_cluster_size, --ray_address)",
-	"cluster-failure-threshold": "karmada-controller-manager",
+	"endpoint-reconciler-type":     "kube-apiserver",
+	"hostname-override":            "kubelet",
+	"cleanup":                      "kube-proxy",
+	"for":                          "kubectl wait",
+	"overwrite":                    "kubectl annotate",
+	"strict":                       "promtool",
+	"force-dummy-tokenizer":        "llm-d-inference-sim",
+	"enable-kvcache":               "llm-d-inference-sim",
+	"kv-cache-size":                "llm-d-inference-sim",
+	"max-num-seqs":                 "vLLM, llm-d-inference-sim",
+	"time-factor-under-load":       "llm-d-inference-sim",
+	"served-model-name":            "vLLM, llm-d-inference-sim",
+	"tensor-parallel-size":         "vLLM",
+	"pipeline-parallel-size":       "vLLM",
+	"distributed-executor-backend": "vLLM",
+	"max-num-batched-tokens":       "vLLM",
+	"port":                         "vLLM, llm-d-inference-sim",
+	"model":                        "vLLM, llm-d-inference-sim",
+	"model-id":                     "TGI",
+	"num-shard":                    "TGI",
+	"model-repository":             "Triton",
+	"model-store":                  "Triton",
+	"http-port":                    "Triton",
+	"metrics-config":               "Triton",
+	"transfers":                    "rclone",
+	"multi-thread-streams":         "rclone",
+	"multi-thread-chunk-size":      "rclone",
+	"profiling":                    "kube-apiserver",
+	"take-ownership":               "helm install",
+	"enable-lora":                  "vLLM",
+	"max-loras":                    "vLLM, llm-d-inference-sim",
+	"max-cpu-loras":                "vLLM, llm-d-inference-sim",
+	"max-lora-rank":                "vLLM",
+	"ray":                          "vLLM's multi-node-serving.sh (--ray_cluster_size, --ray_address)",
+	"cluster-failure-threshold":    "karmada-controller-manager",
 }
 
 // externalWords are PascalCase words the docs write as code that are not the
@@ -72,7 +78,8 @@ var externalWords = []string{
 	"Service", "PodMonitor", "InferencePool", "IfNotPresent", "GuaranteedUpdate",
 	"ExportTraceServiceRequest", "VmHWM", "GOGC", "GOMEMLIMIT", "HOME", "False", "Fail",
 	"CRDValidationRatcheting", "ConvertLuaResultInto",
-	"Failover", // Karmada's feature gate
+	"Failover",                  // Karmada's feature gate
+	"RecreateGroupOnPodRestart", // LeaderWorkerSet's restart policy
 }
 
 // docs are README.md and docs/*.md, by their path from the root.
@@ -95,7 +102,8 @@ func docs(t *testing.T) map[string]string {
 }
 
 var (
-	fence    = regexp.MustCompile("(?ms)^```[^\n]*\n.*?^```")
+	// A fence may be indented, as in a list item.
+	fence    = regexp.MustCompile("(?ms)^[ \t]*```[^\n]*\n.*?^[ \t]*```")
 	codeSpan = regexp.MustCompile("`([^`]+)`") // may go on over a line break
 	flagRef  = regexp.MustCompile(`(?:^|[\s"'(=])--([a-z][a-z0-9-]*[a-z0-9*])`)
 	// Where a line runs one of the binaries whose flags are checked.

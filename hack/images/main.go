@@ -1,5 +1,5 @@
 // Command images writes an image made of static binaries (one, the entrypoint,
-// and any -add beside it) as a tarball that
+// and any -add beside it, and -link symbolic links to them) as a tarball that
 // `ctr -n k8s.io images import --local` accepts, with no Docker daemon and no
 // registry. hack/tools/build.sh (group images) runs it for the real nodes of the
 // local cluster. `images release` (release.go, run by `make images`) builds the
@@ -41,6 +41,15 @@ func main() {
 		added = append(added, p)
 		return nil
 	})
+	var links []link
+	flag.Func("link", "a symbolic link in the image, NAME=TARGET, e.g. /bin/bash=/fake-vllm (repeatable)", func(s string) error {
+		name, target, ok := strings.Cut(s, "=")
+		if !ok || !path.IsAbs(name) || target == "" {
+			return fmt.Errorf("-link %q: want /NAME=TARGET", s)
+		}
+		links = append(links, link{name: name, target: target})
+		return nil
+	})
 	entrypoint := flag.String("entrypoint", "", "path of the binary in the image (default: /<base name of -binary>)")
 	tag := flag.String("tag", "", "image reference written into the tarball, e.g. localcluster.local/pause:3.10 (required)")
 	user := flag.String("user", "65532:65532", "user:group the image runs as")
@@ -53,13 +62,16 @@ func main() {
 	if *entrypoint == "" {
 		*entrypoint = "/" + path.Base(*binary)
 	}
-	if err := writeImage(*binary, *entrypoint, added, *tag, *user, *out); err != nil {
+	if err := writeImage(*binary, *entrypoint, added, links, *tag, *user, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "images:", err)
 		os.Exit(1)
 	}
 }
 
-func writeImage(binary, entrypoint string, added []string, tag, user, out string) error {
+// link is a symbolic link at name (absolute) to target.
+type link struct{ name, target string }
+
+func writeImage(binary, entrypoint string, added []string, links []link, tag, user, out string) error {
 	ref, err := name.NewTag(tag)
 	if err != nil {
 		return err
@@ -73,7 +85,7 @@ func writeImage(binary, entrypoint string, added []string, tag, user, out string
 			return err
 		}
 	}
-	layerTar, err := rootFS(files)
+	layerTar, err := rootFS(files, links)
 	if err != nil {
 		return err
 	}
@@ -108,9 +120,9 @@ func writeImage(binary, entrypoint string, added []string, tag, user, out string
 }
 
 // rootFS is the image's only layer: the programs (path relative to /, data), in
-// the order given, and a
+// the order given, then the links (with the folders they are in), and a
 // world-writable /tmp, with fixed times and root ownership.
-func rootFS(programs []file) ([]byte, error) {
+func rootFS(programs []file, links []link) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	epoch := time.Unix(0, 0)
@@ -122,6 +134,23 @@ func rootFS(programs []file) ([]byte, error) {
 			return nil, err
 		}
 		if _, err := tw.Write(p.data); err != nil {
+			return nil, err
+		}
+	}
+	dirs := map[string]bool{"tmp/": true}
+	for _, l := range links {
+		name := strings.TrimPrefix(path.Clean(l.name), "/")
+		var parents []string
+		for dir := path.Dir(name); dir != "." && !dirs[dir+"/"]; dir = path.Dir(dir) {
+			parents = append([]string{dir + "/"}, parents...)
+			dirs[dir+"/"] = true
+		}
+		for _, dir := range parents {
+			if err := tw.WriteHeader(&tar.Header{Name: dir, Typeflag: tar.TypeDir, Mode: 0o755, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+				return nil, err
+			}
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeSymlink, Linkname: l.target, Mode: 0o777, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
 			return nil, err
 		}
 	}

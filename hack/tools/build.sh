@@ -5,9 +5,10 @@
 # A binary already in the cache is reused, so only the first run pays the build.
 #
 # Usage: hack/tools/build.sh GROUP...
-#   groups: envtest cluster s3 rclone registry node node-packages sim images promtool helm traefik keda lws karmada netpol kube-network-policies all
-#   node: kubelet, kube-proxy, containerd, runc and CNI plugins of a real node;
+#   groups: envtest cluster s3 rclone registry node node-packages coredns sim images promtool helm traefik keda lws karmada netpol kube-network-policies all
+#   node: kubelet, kube-proxy, containerd, runc and CNI plugins of a real node, and coredns;
 #   node-packages: only the Debian packages a real node needs (apt-get, as root);
+#   coredns: CoreDNS with the plugins the cluster DNS of the real nodes' pods uses;
 #   sim: llm-d-inference-sim; images: the real node's image tarballs (pause,
 #   model-loader, llm-d-inference-sim behind fake-vllm, router) for `ctr images import`; promtool: Debian's
 #   prometheus package (promtool checks metric names and unit-tests the alerts);
@@ -74,6 +75,7 @@ containerd_version=$(version_of containerd github.com/containerd/containerd/v2)
 runc_version=$(version_of runc github.com/opencontainers/runc)
 cni_version=$(version_of cni github.com/containernetworking/plugins)
 sim_version=$(version_of sim github.com/llm-d/llm-d-inference-sim)
+coredns_version=$(version_of coredns github.com/coredns/coredns)
 # Without these, the binaries built from the module report v0.0.0-master, which
 # a kubelet cannot join a cluster with.
 kube_ldflags="-X k8s.io/component-base/version.gitVersion=$kube_version -X k8s.io/client-go/pkg/version.gitVersion=$kube_version"
@@ -136,7 +138,7 @@ node_packages() {
 }
 
 node() {
-	local kube containerd runc cni bin plugin dir
+	local kube containerd runc cni bin plugin dir dns
 	for bin in containerd containerd-shim-runc-v2 ctr; do
 		containerd=$(build containerd github.com/containerd/containerd/v2 "github.com/containerd/containerd/v2/cmd/$bin" "$bin" \
 			-tags "no_btrfs no_devmapper no_zfs urfave_cli_no_docs" \
@@ -151,11 +153,21 @@ node() {
 	# Last: they share most packages with kube-apiserver, so its build makes them quick.
 	kube=$(build kube k8s.io/kubernetes k8s.io/kubernetes/cmd/kubelet kubelet -ldflags "$kube_ldflags")
 	build kube k8s.io/kubernetes k8s.io/kubernetes/cmd/kube-proxy kube-proxy -ldflags "$kube_ldflags" >/dev/null
-	dir="$cache_root/bin/node-$kube_version-containerd-$containerd_version-runc-$runc_version-cni-$cni_version"
+	# The cluster DNS of the nodes' pods, which the first real node starts.
+	dns=$(coredns_tool)
+	dir="$cache_root/bin/node-$kube_version-containerd-$containerd_version-runc-$runc_version-cni-$cni_version-coredns-$coredns_version"
 	link_into "$dir" "$kube/kubelet" "$kube/kube-proxy" "$containerd/containerd" \
-		"$containerd/containerd-shim-runc-v2" "$containerd/ctr" "$runc/runc"
+		"$containerd/containerd-shim-runc-v2" "$containerd/ctr" "$runc/runc" "$dns/coredns"
 	link_into "$dir/cni" "$cni/bridge" "$cni/loopback" "$cni/host-local" "$cni/portmap"
 	echo "$dir"
+}
+
+# coredns_tool: CoreDNS, the cluster DNS of the real nodes' pods
+# (test/localcluster/dns.go), built from hack/tools/coredns/main.go: CoreDNS's
+# main with only the plugins the cluster's Corefile names, which keeps the
+# cloud providers' SDKs that its full build links out of it.
+coredns_tool() {
+	build coredns github.com/coredns/coredns github.com/aiinference/operator/hack/tools/coredns coredns
 }
 
 sim() {
@@ -167,13 +179,15 @@ sim() {
 # /<base name>), named after the content that goes into it (the binaries, the
 # image writer's source, the settings), and print its path. The image is
 # localcluster.local/NAME:TAG_PREFIX<content key>, so a changed binary gets a new
-# image reference.
+# image reference. Called as links="/NAME=TARGET ..." image ..., the image holds
+# those symbolic links too.
 image() {
 	local name=$1 binary=$2 user=$3 tag_prefix=${4:-}
 	shift 4 2>/dev/null || shift $#
-	local key out added=() b
+	local key out added=() b l
 	for b in "$@"; do added+=(-add "$b"); done
-	key=$({ for b in "$binary" "$@"; do sha256sum <"$b"; done; cat "$images_src"/go.sum "$images_src"/*.go; echo "$user $tag_prefix"; } | sha256sum | cut -c1-16)
+	for l in ${links:-}; do added+=(-link "$l"); done
+	key=$({ for b in "$binary" "$@"; do sha256sum <"$b"; done; cat "$images_src"/go.sum "$images_src"/*.go; echo "$user $tag_prefix ${links:-}"; } | sha256sum | cut -c1-16)
 	out="$cache_root/images/$name-$key.tar"
 	if [ ! -f "$out" ]; then
 		mkdir -p "$cache_root/images"
@@ -199,9 +213,12 @@ images() {
 	pause=$(image pause "$work/pause" 65535:65535)
 	loader=$(image model-loader "$work/model-loader" 65532:65532)
 	# The engine image's entrypoint is fake-vllm (hack/images/fakevllm), which
-	# drops the few vLLM flags the simulator does not know (--enable-lora) and
-	# runs /llm-d-inference-sim with the rest.
-	engine=$(image llm-d-inference-sim "$work/fake-vllm" 65532:65532 "$sim_version-" "$sim_bin")
+	# drops the few vLLM flags the simulator does not know (--enable-lora, the
+	# parallel layout) and runs /llm-d-inference-sim with the rest. Its links
+	# are the stand-ins for the vllm-openai image's bash, python3 and ray, for
+	# a replica that spans nodes: fake-vllm plays the one it is called as.
+	engine=$(links="/bin/bash=/fake-vllm /bash=/fake-vllm /python3=/fake-vllm /ray=/fake-vllm" \
+		image llm-d-inference-sim "$work/fake-vllm" 65532:65532 "$sim_version-" "$sim_bin")
 	router=$(image router "$work/router" 65532:65532)
 	dir="$cache_root/images/set-$(basename "$pause" .tar)-$(basename "$loader" .tar)-$(basename "$engine" .tar)-$(basename "$router" .tar)"
 	mkdir -p "$dir"
@@ -292,7 +309,7 @@ promtool_dir() {
 	dirname "$(command -v promtool)"
 }
 
-[ $# -gt 0 ] || { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 for group in "$@"; do
 	case "$group" in
 	envtest | cluster | s3 | rclone | registry | node | sim | images) last=$("$group") ;;
@@ -304,6 +321,7 @@ for group in "$@"; do
 	kube-network-policies) last=$(kube_network_policies_tool) ;;
 	keda) last=$(keda_tool) ;;
 	lws) last=$(lws_tool) ;;
+	coredns) last=$(coredns_tool) ;;
 	karmada) last=$(karmada_tool) ;;
 	all) cluster >/dev/null; s3 >/dev/null; rclone >/dev/null; registry >/dev/null; node >/dev/null; last=$(images) ;;
 	*) echo "build.sh: unknown group $group" >&2; exit 2 ;;

@@ -95,6 +95,7 @@ var roomHeld = map[string]time.Duration{
 	"TestRealNodeAdaptersLoadWithoutRestart":              45 * time.Second,
 	"TestRealNodeRouterRoutesThroughTheService":           30 * time.Second,
 	"TestRealNodeAdaptersThroughTheRouterAndTheNodeCache": 40 * time.Second,
+	"TestRealNodeMultiNodeGroupServesAndRecoversAsOne":    60 * time.Second,
 }
 
 const roomHeldUnknown = 10 * time.Second

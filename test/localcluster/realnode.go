@@ -64,8 +64,9 @@ const realPodSubnetPrefix = "10.245."
 // RealNodeOptions configure the real nodes of a cluster: the nodes of the pools
 // with Real set, and those added later with AddNodes.
 type RealNodeOptions struct {
-	// BinDir holds kubelet, containerd, containerd-shim-runc-v2, ctr, runc and
-	// cni/ with the bridge, loopback, host-local and portmap plugins. Empty:
+	// BinDir holds kubelet, kube-proxy, containerd, containerd-shim-runc-v2,
+	// ctr, runc, coredns and cni/ with the bridge, loopback, host-local and
+	// portmap plugins. Empty:
 	// BuildRealNodeBinaries builds them or finds them in its cache.
 	BinDir string
 	// ImageDir holds the image archives (*.tar) imported into every real node,
@@ -88,7 +89,7 @@ func BuildRealNodeBinaries(ctx context.Context, repoRoot string, progress io.Wri
 // checkRealNodeBinaries reports a missing binary in dir.
 func checkRealNodeBinaries(dir string) error {
 	var errs []error
-	bins := []string{kubeletBinary, kubeProxyBinary, containerdBinary, shimBinary, ctrBinary, runcBinary}
+	bins := []string{kubeletBinary, kubeProxyBinary, containerdBinary, shimBinary, ctrBinary, runcBinary, corednsBinary}
 	for _, p := range cniPlugins {
 		bins = append(bins, filepath.Join(cniSubdir, p))
 	}
@@ -205,6 +206,9 @@ type realNodes struct {
 	// apiRelay, guarded by Cluster.mu, is nil until the first real node has
 	// its bridge (apirelay.go).
 	apiRelay *apiRelay
+	// dns, guarded by Cluster.mu, is nil until the first real node has its
+	// bridge (dns.go).
+	dns *clusterDNS
 	// netPolicy, guarded by Cluster.mu, is nil until StartNetworkPolicy has
 	// started the NetworkPolicy agent (netpol.go).
 	netPolicy *NetworkPolicyAgent
@@ -374,6 +378,9 @@ func (c *Cluster) startRealNode(ctx context.Context, pool NodePool, index int, s
 	if err := c.startAPIRelay(ctx, node); err != nil {
 		return err
 	}
+	if err := c.startClusterDNS(ctx, node); err != nil {
+		return err
+	}
 
 	// containerd, with the bridge network and the pause image.
 	cniConfDir := filepath.Join(dir, "cni-conf")
@@ -466,6 +473,10 @@ func (c *Cluster) startRealNode(ctx context.Context, pool NodePool, index int, s
 		}); err != nil {
 			return err
 		}
+	}
+	// CoreDNS has read the cluster meanwhile (about a second).
+	if err := c.waitClusterDNS(ctx); err != nil {
+		return err
 	}
 	return c.startKubeProxy(ctx, node)
 }
@@ -634,8 +645,11 @@ func kubeletConfigYAML(n RealNode, pool NodePool, nodeIP net.IP, port int, clien
 		"imageGCHighThresholdPercent": 100,
 		"imageGCLowThresholdPercent":  99,
 		"serializeImagePulls":         false,
-		"clusterDomain":               "cluster.local",
-		"shutdownGracePeriod":         "0s",
+		"clusterDomain":               ClusterDomain,
+		// The kube-dns Service, which leads to the cluster's CoreDNS (dns.go):
+		// pods get it as their nameserver, with the cluster's search path.
+		"clusterDNS":          []string{ClusterDNSIP},
+		"shutdownGracePeriod": "0s",
 	}
 	return yaml.Marshal(config)
 }

@@ -159,6 +159,7 @@ func TestRealNode(t *testing.T) {
 
 	testServiceTraffic(ctx, t, c, deployment, port)
 	testKubernetesService(ctx, t, c)
+	testClusterDNS(ctx, t, c, engine.Ref)
 
 	// A second real node, added to the running cluster: its own subnet and bridge.
 	added, err := c.AddNodes(ctx, NodePool{Name: "real-a100", Count: 1, Real: true, GPUProduct: GPUProductA100, GPUCount: 8})

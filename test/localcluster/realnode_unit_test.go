@@ -110,3 +110,47 @@ func TestLoadImageArchives(t *testing.T) {
 		t.Fatalf("an archive without a tag: %v, want an error naming it", err)
 	}
 }
+
+// The kubelet gives pods the kube-dns Service as their nameserver, in the
+// Service range, with the cluster domain CoreDNS serves.
+func TestKubeletConfigPointsPodsAtTheClusterDNS(t *testing.T) {
+	node := RealNode{Name: "real-0", Dir: "/c/nodes/real-0", ContainerdSocket: "/c/nodes/real-0/containerd.sock", CgroupRoot: "/localcluster-1"}
+	data, err := kubeletConfigYAML(node, NodePool{Name: "real", Real: true}, net.ParseIP("192.0.2.2"), 10250, "/c/pki/ca.crt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var config struct {
+		ClusterDNS    []string `json:"clusterDNS"`
+		ClusterDomain string   `json:"clusterDomain"`
+	}
+	if err := yaml.Unmarshal(data, &config); err != nil {
+		t.Fatal(err)
+	}
+	if len(config.ClusterDNS) != 1 || config.ClusterDNS[0] != ClusterDNSIP || config.ClusterDomain != ClusterDomain {
+		t.Errorf("kubelet config: clusterDNS %v, clusterDomain %q; want [%s] and %s", config.ClusterDNS, config.ClusterDomain, ClusterDNSIP, ClusterDomain)
+	}
+	_, services, _ := net.ParseCIDR(serviceClusterIPRange)
+	if !services.Contains(net.ParseIP(ClusterDNSIP)) || ClusterDNSIP == serviceClusterIP {
+		t.Errorf("the kube-dns ClusterIP %s must be in %s and not the kubernetes Service's %s", ClusterDNSIP, serviceClusterIPRange, serviceClusterIP)
+	}
+}
+
+func TestCorefileServesTheClusterOnTheBridge(t *testing.T) {
+	got := corefileFor(net.ParseIP("10.245.1.1"), 40053, "127.0.0.1:1", "127.0.0.1:2", "/c/coredns/kubeconfig")
+	for _, want := range []string{
+		".:40053 {", "bind 10.245.1.1", "health 127.0.0.1:1", "ready 127.0.0.1:2",
+		"kubernetes cluster.local in-addr.arpa ip6.arpa {", "kubeconfig /c/coredns/kubeconfig " + contextName,
+		"forward . /etc/resolv.conf",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Corefile has no %q:\n%s", want, got)
+		}
+	}
+}
+
+func TestBridgeGateway(t *testing.T) {
+	ip, err := bridgeGateway(RealNode{PodCIDR: "10.245.3.0/24"})
+	if err != nil || !ip.Equal(net.ParseIP("10.245.3.1")) {
+		t.Fatalf("bridgeGateway(10.245.3.0/24) = %v, %v; want 10.245.3.1", ip, err)
+	}
+}

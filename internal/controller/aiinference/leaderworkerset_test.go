@@ -5,6 +5,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
@@ -164,4 +165,29 @@ func TestOnlyLeadersServeAndMembersTalk(t *testing.T) {
 	ingress, egress = desiredNetworkPolicies(single, eng, "aiinference-system")
 	g.Expect(ingress.Spec.Ingress).NotTo(ContainElement(HaveField("From", HaveExactElements(members))))
 	g.Expect(egress.Spec.Egress).NotTo(ContainElement(HaveField("To", HaveExactElements(members))))
+}
+
+// While a group waits, status names the member that holds it: the worker
+// still loading, not its leader, whose engine waits for that worker.
+func TestStatusNamesTheWorkerItsLeaderWaitsFor(t *testing.T) {
+	g := NewWithT(t)
+	obj := multiNodeInference()
+	leader := podView{Name: "llama-group-0", Role: servingv1.RoleLeader, Group: "0", Current: true, Scheduled: true, LoaderDone: true}
+	worker := podView{Name: "llama-group-0-1", Role: servingv1.RoleWorker, Group: "0", Current: true, Scheduled: true, LoaderStarted: now}
+	for _, tc := range []struct {
+		name           string
+		pods           []podView
+		reason, member string
+	}{
+		{"the worker loads", []podView{leader, worker}, servingv1.ReasonLoading, "pod llama-group-0-1, a worker its group's leader waits for, is loading"},
+		{"the worker has loaded: the leader's engine starts", []podView{leader, func() podView { w := worker; w.LoaderDone = true; return w }()},
+			servingv1.ReasonEngineStarting, "pod llama-group-0 and the engine is starting"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := computeStatus(obj, observation{deployment: deploymentWith(1, 0, 1), pods: tc.pods, podsSeen: true}, loadAssessment{}, now)
+			ready := meta.FindStatusCondition(st.Conditions, servingv1.ConditionReady)
+			g.Expect(ready.Reason).To(Equal(tc.reason))
+			g.Expect(ready.Message).To(ContainSubstring(tc.member))
+		})
+	}
 }

@@ -435,6 +435,17 @@ var podWaits = []struct {
 			return podWait{reason: servingv1.ReasonUnschedulable, failure: p.Unschedulable, since: p.UnschedulableSince,
 				message: fmt.Sprintf("pod %s cannot be scheduled (%s needed): %s", p.Name, gpuSummary(obj.Spec.GPU), p.Unschedulable)}
 		}},
+	// A group's leader starts its engine only once its workers have joined
+	// it (the engine's multi-node start waits for them): a worker still
+	// loading is what holds the group, so it is named before the leader
+	// whose engine waits for it.
+	{func(p podView) bool {
+		return p.Role == servingv1.RoleWorker && !p.LoaderStarted.IsZero() && !p.LoaderDone
+	},
+		func(_ *servingv1.AIInference, p podView) podWait {
+			return podWait{reason: servingv1.ReasonLoading,
+				message: fmt.Sprintf("pod %s, a worker its group's leader waits for, is loading the model", p.Name)}
+		}},
 	{func(p podView) bool { return p.LoaderDone && !p.EngineReady },
 		func(_ *servingv1.AIInference, p podView) podWait {
 			return podWait{reason: servingv1.ReasonEngineStarting,
