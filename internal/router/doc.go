@@ -90,8 +90,7 @@
 //	    (the request's LoRA adapter runs or waits in that replica's engine
 //	    now: vllm:lora_requests_info), hash
 //	    (the prefix's consistent-hash owner), spill (owner past the load
-//	    bound, or a new prefix's owner past its share of the prefixes
-//	    sent: the next on the ring), session (header), load (least loaded),
+//	    bound: the next on the ring), session (header), load (least loaded),
 //	    retry (the first pick refused the connection or broke it before
 //	    answering)
 //	aiinference_router_prefix_blocks_total{namespace,name}

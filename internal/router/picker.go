@@ -32,9 +32,7 @@ const (
 	ReasonPrefix = autoscale.RouterPrefixReason
 	// ReasonHash: the owner of the prompt's first block on the hash ring.
 	ReasonHash = "hash"
-	// ReasonSpill: the owner was past the load bound, or a new prefix's
-	// owner already held more than its share of the prefixes sent; the next
-	// on the ring.
+	// ReasonSpill: the owner was past the load bound; the next on the ring.
 	ReasonSpill = "spill"
 	// ReasonAdapter: no cached prefix to follow, and the request's LoRA
 	// adapter is active (running or waiting) in this replica's engine, as its
@@ -143,7 +141,7 @@ type ringPoint struct {
 func NewPicker(opts PickerOptions) *Picker {
 	opts = opts.withDefaults()
 	return &Picker{opts: opts, now: time.Now, inFlight: map[string]int{}, onRing: map[string]bool{}, engine: map[string]EngineLoad{},
-		index: prefixIndex{max: opts.IndexBlocks, entries: map[uint64]*list.Element{}, order: list.New(), placed: map[string]int{}}}
+		index: prefixIndex{max: opts.IndexBlocks, entries: map[uint64]*list.Element{}, order: list.New()}}
 }
 
 // Pick is a decision: the replica, why, and how many of the prompt's blocks
@@ -228,44 +226,16 @@ func (p *Picker) choose(byName map[string]Endpoint, blocks []uint64, session, ad
 	}
 	if reason != "" {
 		p.buildRing(byName)
-		order := p.walk(key, byName)
-		// A new prefix goes to the first replica on the ring that is under
-		// the load bound and would not hold more than its share of the
-		// prefixes: with few long prefixes (a handful of tenants' system
-		// prompts) the ring alone can give one replica most of them, more
-		// than its KV cache keeps, while another holds none.
-		fits := p.cacheShareBound(byName, len(blocks))
-		for _, within := range []func(string) bool{func(name string) bool { return under(name) && fits(name) }, under} {
-			for i, name := range order {
-				if within(name) {
-					if i > 0 {
-						reason = ReasonSpill
-					}
-					return Pick{Endpoint: byName[name], Reason: reason}
+		for i, name := range p.walk(key, byName) {
+			if under(name) {
+				if i > 0 {
+					reason = ReasonSpill
 				}
+				return Pick{Endpoint: byName[name], Reason: reason}
 			}
 		}
 	}
 	return Pick{Endpoint: byName[p.leastLoaded(byName)], Reason: ReasonLoad}
-}
-
-// cacheShareBound tells whether a replica can take a new prefix of blocks
-// blocks: the blocks the index places there, with the new ones, are at most
-// LoadFactor times the candidates' mean, plus the new prefix (as the load
-// bound is the mean's, plus one request). The index holds the blocks most
-// recently sent, so this bounds each replica's share of the recent distinct
-// prefixes as the load bound does its share of the requests; two routers that
-// saw the same traffic agree.
-func (p *Picker) cacheShareBound(byName map[string]Endpoint, blocks int) func(string) bool {
-	if blocks == 0 {
-		return func(string) bool { return true }
-	}
-	total := 0
-	for name := range byName {
-		total += p.index.placed[name]
-	}
-	bound := p.opts.LoadFactor*float64(total)/float64(len(byName)) + float64(blocks)
-	return func(name string) bool { return float64(p.index.placed[name]+blocks) <= bound }
 }
 
 // adapterTiers are the candidates under the load bound where the adapter is
@@ -413,8 +383,6 @@ type prefixIndex struct {
 	max     int
 	entries map[uint64]*list.Element
 	order   *list.List
-	// placed counts the blocks the index places at each replica.
-	placed map[string]int
 }
 
 type indexEntry struct {
@@ -443,27 +411,15 @@ func (x *prefixIndex) held(blocks []uint64, name string) int {
 func (x *prefixIndex) add(blocks []uint64, name string) {
 	for _, h := range blocks {
 		if e, ok := x.entries[h]; ok {
-			entry := e.Value.(*indexEntry)
-			x.place(entry.name, -1)
-			entry.name = name
-			x.place(name, 1)
+			e.Value.(*indexEntry).name = name
 			x.order.MoveToFront(e)
 			continue
 		}
 		x.entries[h] = x.order.PushFront(&indexEntry{hash: h, name: name})
-		x.place(name, 1)
 		if x.order.Len() > x.max {
 			last := x.order.Back()
 			x.order.Remove(last)
-			evicted := last.Value.(*indexEntry)
-			delete(x.entries, evicted.hash)
-			x.place(evicted.name, -1)
+			delete(x.entries, last.Value.(*indexEntry).hash)
 		}
-	}
-}
-
-func (x *prefixIndex) place(name string, delta int) {
-	if x.placed[name] += delta; x.placed[name] <= 0 {
-		delete(x.placed, name)
 	}
 }

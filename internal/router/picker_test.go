@@ -103,48 +103,6 @@ func TestAHotPrefixSpillsPastTheBound(t *testing.T) {
 	}
 }
 
-// A few long prefixes whose first blocks the ring gives to one replica (a
-// handful of tenants' system prompts) are spread over the replicas by the
-// share of the prefixes each holds, rather than left to overflow that one's
-// KV cache while another holds none; each one's later turns still go back
-// where it went.
-func TestNewPrefixesShareTheReplicas(t *testing.T) {
-	eps := endpoints(4)
-	// Tenants whose first block the ring gives to one replica.
-	var owner string
-	var tenants []int
-	for tenant := 0; len(tenants) < 6; tenant++ {
-		pk, _ := NewPicker(PickerOptions{}).Pick(eps, blockHashes(prompt(tenant, 0, 0), 256), "")
-		if owner == "" {
-			owner = pk.Endpoint.Name
-		}
-		if pk.Endpoint.Name == owner {
-			tenants = append(tenants, tenant)
-		}
-	}
-	p := NewPicker(PickerOptions{})
-	held := map[string][]int{}
-	first := map[int]string{}
-	for _, tenant := range tenants {
-		pk, _ := p.Pick(eps, blockHashes(prompt(tenant, 0, 0), 256), "")
-		p.Done(pk.Endpoint.Name)
-		held[pk.Endpoint.Name] = append(held[pk.Endpoint.Name], tenant)
-		first[tenant] = pk.Endpoint.Name
-	}
-	for name, ts := range held {
-		if len(ts) > 2 {
-			t.Errorf("%s holds the prefixes of %d of the %d tenants (%v), more than its share: %v", name, len(ts), len(tenants), ts, held)
-		}
-	}
-	for _, tenant := range tenants {
-		pk, _ := p.Pick(eps, blockHashes(prompt(tenant, 0, 1), 256), "")
-		p.Done(pk.Endpoint.Name)
-		if pk.Endpoint.Name != first[tenant] || pk.Reason != ReasonPrefix {
-			t.Errorf("tenant %d's next turn went to %s (%s), want %s (prefix)", tenant, pk.Endpoint.Name, pk.Reason, first[tenant])
-		}
-	}
-}
-
 // Only candidates are picked: a replica not ready (left out by the caller) is
 // never chosen, even where the prefix was sent before, and none is picked
 // from an empty set.
