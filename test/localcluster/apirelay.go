@@ -146,17 +146,28 @@ const apiServerEndpointsName = "kubernetes"
 // nothing here reads one, and the mirroring controller makes slices only from
 // Endpoints.)
 func (c *Cluster) publishAPIServerEndpoint(ctx context.Context, addr *net.TCPAddr) error {
+	// The Service's port is named https, as the API server names it.
+	ports := []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(addr.Port)), Protocol: ptr.To(corev1.ProtocolTCP)}}
+	if err := c.publishEndpoint(ctx, metav1.NamespaceDefault, apiServerEndpointsName, addr.IP, ports); err != nil {
+		return fmt.Errorf("the kubernetes Service's EndpointSlice: %w", err)
+	}
+	return nil
+}
+
+// publishEndpoint makes ip, on ports, the only endpoint of the Service
+// namespace/name (one without a selector), in an EndpointSlice of the same
+// name, made or replaced.
+func (c *Cluster) publishEndpoint(ctx context.Context, namespace, name string, ip net.IP, ports []discoveryv1.EndpointPort) error {
 	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: apiServerEndpointsName, Namespace: metav1.NamespaceDefault, Labels: map[string]string{
-			discoveryv1.LabelServiceName: apiServerEndpointsName,
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{
+			discoveryv1.LabelServiceName: name,
 			discoveryv1.LabelManagedBy:   "localcluster.aiinference.io",
 		}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr.IP.String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
-		// The Service's port is named https, as the API server names it.
-		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(addr.Port)), Protocol: ptr.To(corev1.ProtocolTCP)}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip.String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports:       ports,
 	}
-	slices := c.client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault)
+	slices := c.client.DiscoveryV1().EndpointSlices(namespace)
 	_, err := slices.Create(ctx, slice, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		var old *discoveryv1.EndpointSlice
@@ -165,10 +176,7 @@ func (c *Cluster) publishAPIServerEndpoint(ctx context.Context, addr *net.TCPAdd
 			_, err = slices.Update(ctx, slice, metav1.UpdateOptions{})
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("the kubernetes Service's EndpointSlice: %w", err)
-	}
-	return nil
+	return err
 }
 
 // startAPIRelay starts the cluster's API server relay on the bridge of node,

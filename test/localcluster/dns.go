@@ -209,28 +209,11 @@ func (c *Cluster) publishClusterDNS(ctx context.Context, addr *net.UDPAddr) erro
 	if _, err := c.client.CoreV1().Services(metav1.NamespaceSystem).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("the kube-dns Service at %s: %w", ClusterDNSIP, err)
 	}
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: dnsServiceName, Namespace: metav1.NamespaceSystem, Labels: map[string]string{
-			discoveryv1.LabelServiceName: dnsServiceName,
-			discoveryv1.LabelManagedBy:   "localcluster.aiinference.io",
-		}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr.IP.String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
-		Ports: []discoveryv1.EndpointPort{
-			{Name: ptr.To("dns"), Port: ptr.To(int32(addr.Port)), Protocol: ptr.To(corev1.ProtocolUDP)},
-			{Name: ptr.To("dns-tcp"), Port: ptr.To(int32(addr.Port)), Protocol: ptr.To(corev1.ProtocolTCP)},
-		},
+	ports := []discoveryv1.EndpointPort{
+		{Name: ptr.To("dns"), Port: ptr.To(int32(addr.Port)), Protocol: ptr.To(corev1.ProtocolUDP)},
+		{Name: ptr.To("dns-tcp"), Port: ptr.To(int32(addr.Port)), Protocol: ptr.To(corev1.ProtocolTCP)},
 	}
-	slices := c.client.DiscoveryV1().EndpointSlices(metav1.NamespaceSystem)
-	_, err := slices.Create(ctx, slice, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		var old *discoveryv1.EndpointSlice
-		if old, err = slices.Get(ctx, slice.Name, metav1.GetOptions{}); err == nil {
-			slice.ResourceVersion = old.ResourceVersion
-			_, err = slices.Update(ctx, slice, metav1.UpdateOptions{})
-		}
-	}
-	if err != nil {
+	if err := c.publishEndpoint(ctx, metav1.NamespaceSystem, dnsServiceName, addr.IP, ports); err != nil {
 		return fmt.Errorf("the kube-dns Service's EndpointSlice: %w", err)
 	}
 	return nil
