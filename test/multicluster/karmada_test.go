@@ -17,6 +17,7 @@ package multicluster
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -39,9 +40,11 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	sigsyaml "sigs.k8s.io/yaml"
 
@@ -124,7 +127,8 @@ func (e *env) stop() {
 }
 
 // The members: east with two 8x H100 nodes (16 GPUs), west with one 4x A100
-// node (4 GPUs), north with one 8x L4 node (8 GPUs).
+// node (4 GPUs), north with one 8x L4 node (8 GPUs) and, when the run asks
+// for real nodes, realPool.
 var memberPools = map[string][]localcluster.NodePool{
 	"east": {{Name: "h100", Count: 2, GPUProduct: localcluster.GPUProductH100, GPUCount: 8,
 		CPU: resource.MustParse("208"), Memory: resource.MustParse("1800Gi")}},
@@ -133,6 +137,24 @@ var memberPools = map[string][]localcluster.NodePool{
 	"north": {{Name: "l4", Count: 1, GPUProduct: localcluster.GPUProductL4, GPUCount: 8,
 		CPU: resource.MustParse("192"), Memory: resource.MustParse("1024Gi")}},
 }
+
+// realNodeEnv asks for north's real node, as it asks test/e2e and
+// test/localcluster for theirs.
+const realNodeEnv = "LOCALCLUSTER_REAL_NODE"
+
+func realNodeAsked() bool { return os.Getenv(realNodeEnv) == "1" }
+
+// realGPUProduct is the GPU of north's real node: no other node of a member
+// has it, and only TestKarmadaServesAPartOnAMembersRealNode asks for it, so
+// that only its pod runs there for real. One GPU: Karmada's summary of north
+// then still gives the other tests 4 replicas of 2 GPUs there.
+const realGPUProduct = "NVIDIA-T4"
+
+var realPool = localcluster.NodePool{Name: "real", Count: 1, Real: true, GPUProduct: realGPUProduct, GPUCount: 1}
+
+// realModelBytes is the size of the model north's object store is seeded with,
+// which the real node's pod loads.
+const realModelBytes = 48 << 20
 
 // allMembers are the members' names; eastAndWest the two most tests place
 // on (the failover stops west, the cordon holds west back).
@@ -192,6 +214,13 @@ func startEnv() (_ *env, err error) {
 		return nil, err
 	}
 
+	if realNodeAsked() {
+		if err := localcluster.CheckRealNodeHost(); err != nil {
+			<-built
+			return nil, fmt.Errorf("%s=1 asks for north's real node, and this host cannot run one: %w", realNodeEnv, err)
+		}
+	}
+
 	e := &env{kubectl: filepath.Join(clusterBin, "kubectl"), clusterBin: clusterBin,
 		crd: filepath.Join(repoRoot, "config", "crd", "bases", "serving.aiinference.io_aiinferences.yaml")}
 	defer func() {
@@ -216,7 +245,7 @@ func startEnv() (_ *env, err error) {
 	})
 	for _, name := range allMembers {
 		wg.Go(func() {
-			c, err := e.startCluster(ctx, name, memberPools[name])
+			c, err := e.startCluster(ctx, name, memberPools[name], name == "north" && realNodeAsked())
 			mu.Lock()
 			defer mu.Unlock()
 			if err == nil {
@@ -291,10 +320,16 @@ func testScheme() *runtime.Scheme {
 	return scheme
 }
 
-// startCluster starts a local cluster with pools of simulated GPU nodes.
-func (e *env) startCluster(ctx context.Context, name string, pools []localcluster.NodePool) (*localcluster.Cluster, error) {
-	return localcluster.Start(ctx, localcluster.Options{RepoRoot: repoRoot, BinDir: e.clusterBin, NodePools: pools,
-		Progress: prefixed(name), KubeletDelayScale: 0.1, StartTimeout: 5 * time.Minute})
+// startCluster starts a local cluster with pools of simulated GPU nodes and,
+// with real, realPool and an object store its pods load from.
+func (e *env) startCluster(ctx context.Context, name string, pools []localcluster.NodePool, real bool) (*localcluster.Cluster, error) {
+	opts := localcluster.Options{RepoRoot: repoRoot, BinDir: e.clusterBin, NodePools: pools,
+		Progress: prefixed(name), KubeletDelayScale: 0.1, StartTimeout: 5 * time.Minute}
+	if real {
+		opts.NodePools = append(slices.Clone(pools), realPool)
+		opts.ObjectStore = &localcluster.ObjectStoreOptions{ModelBytes: realModelBytes}
+	}
+	return localcluster.Start(ctx, opts)
 }
 
 // runOperator installs the CRD in m's cluster and starts the operator on it.
@@ -305,7 +340,12 @@ func (e *env) runOperator(ctx context.Context, m *member) (err error) {
 	if err := testutil.InstallCRDs(ctx, m.k8s, e.crd); err != nil {
 		return fmt.Errorf("installing the CRD on %s: %w", m.name, err)
 	}
-	m.operator = &operatorproc.Process{Name: m.name, Bin: operatorBin, Kubeconfig: m.cluster.Kubeconfig(), LoaderImage: loaderImage,
+	// A member with a real node runs the loader built for it; kwok runs no image.
+	loader := loaderImage
+	if image, err := localcluster.FindImage(m.cluster.Images(), localcluster.ModelLoaderImage); err == nil {
+		loader = image.Ref
+	}
+	m.operator = &operatorproc.Process{Name: m.name, Bin: operatorBin, Kubeconfig: m.cluster.Kubeconfig(), LoaderImage: loader,
 		LogPath: filepath.Join(workDir, m.name+"-operator.log")}
 	return m.operator.Start()
 }
@@ -621,6 +661,149 @@ func aiiStatus(g Gomega, kubeconfig, ns, name string) string {
 // such a member).
 const failoverToleration = 5 * time.Second
 
+// TestKarmadaServesAPartOnAMembersRealNode places an AIInference of 3
+// replicas on east and north by static weights, 2 to 1 (Karmada's general
+// estimator counts north's L4s too, whatever the product): north's replica asks
+// for north's real node's GPU, so it loads the model from north's object store
+// and serves it with the simulator for real, while east's two run on
+// simulated kubelets. The store's Secret goes to both members through Karmada,
+// as a user ships it. The template on Karmada must not read Ready before
+// north's real pod serves (east's simulated pods are Ready seconds earlier),
+// and north's pod must answer a completion through its cluster's API server.
+func TestKarmadaServesAPartOnAMembersRealNode(t *testing.T) {
+	if !realNodeAsked() {
+		t.Skipf("north's real node runs with %s=1 (root, cgroup v1: docs/real-node.md)", realNodeEnv)
+	}
+	e := setup(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	e.applyInterpreter(t, g, nil)
+	ns := e.namespace(t, g, "real-member")
+	north := e.member("north")
+	store := north.cluster.ObjectStore()
+	engine, err := localcluster.FindImage(north.cluster.Images(), localcluster.EngineSimImage)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	members := []string{"east", "north"}
+	secret := store.CredentialsSecret(ns)
+	g.Expect(e.hub.Create(ctx, secret)).To(Succeed())
+	g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(duplicatedPolicy(secret, members)),
+		client.FieldOwner("multicluster-test"))).To(Succeed())
+
+	obj := inference(ns, "served", 3, 1)
+	obj.Spec.Model.Size = resource.NewQuantity(store.ModelBytes, resource.BinarySI)
+	obj.Spec.Model.Source.S3 = &servingv1.S3Source{Bucket: store.Bucket, Prefix: store.ModelPrefix, Endpoint: store.Endpoint, PathStyle: true,
+		CredentialsSecretRef: &servingv1.S3CredentialsSecretRef{Name: secret.Name}}
+	obj.Spec.Engine = servingv1.EngineSpec{Type: servingv1.EngineVLLM, Image: engine.Ref, Args: []string{"--force-dummy-tokenizer"}}
+	obj.Spec.GPU.Products = []string{localcluster.GPUProductH100, realGPUProduct}
+	obj.Spec.Loading.Timeout = &metav1.Duration{Duration: 2 * time.Minute}
+	obj.Spec.Resources = corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")}}
+	defer e.remove(t, obj)
+	defer e.dump(t, ns, obj.Name)
+
+	pp := propagationPolicy(ns, obj.Name, members)
+	g.Expect(unstructured.SetNestedField(pp.Object, map[string]any{"staticWeightList": []any{
+		map[string]any{"targetCluster": map[string]any{"clusterNames": []any{"east"}}, "weight": int64(2)},
+		map[string]any{"targetCluster": map[string]any{"clusterNames": []any{"north"}}, "weight": int64(1)},
+	}}, "spec", "placement", "replicaScheduling", "weightPreference")).To(Succeed())
+	start := time.Now()
+	g.Expect(e.hub.Apply(ctx, client.ApplyConfigurationFromUnstructured(pp), client.FieldOwner("multicluster-test"))).To(Succeed())
+	g.Expect(e.hub.Create(ctx, obj)).To(Succeed())
+
+	// Until the template reads Ready, and never before north's part serves.
+	var eastReady, karmadaReady time.Duration
+	g.Eventually(func(g Gomega) {
+		if eastReady == 0 && partReady(ctx, e.member("east"), obj, 2) {
+			eastReady = time.Since(start)
+		}
+		got := &servingv1.AIInference{}
+		g.Expect(e.hub.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+		ready := meta.FindStatusCondition(got.Status.Conditions, servingv1.ConditionReady)
+		if ready != nil && ready.Status == metav1.ConditionTrue && !partReady(ctx, north, obj, 1) {
+			StopTrying(fmt.Sprintf("the template on Karmada reads Ready (%s: %s) while north's replica on its real node does not serve yet", ready.Reason, ready.Message)).Now()
+		}
+		g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+		g.Expect(ready).NotTo(BeNil())
+		g.Expect(ready.Status).To(Equal(metav1.ConditionTrue), "Ready: %s", ready.Message)
+		g.Expect(got.Status.ReadyReplicas).To(Equal(int32(3)))
+	}).WithTimeout(3*time.Minute).WithPolling(200*time.Millisecond).Should(Succeed(), "Ready on Karmada")
+	karmadaReady = time.Since(start)
+
+	// north's replica ran on its real node: its pod, loaded from the store, answers.
+	pods := &corev1.PodList{}
+	g.Expect(north.k8s.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
+	g.Expect(pods.Items).To(HaveLen(1))
+	pod := pods.Items[0]
+	g.Expect(pod.Spec.NodeName).To(Equal(realPool.NodeName(0)))
+	podReady := time.Duration(0)
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			podReady = c.LastTransitionTime.Sub(start.Truncate(time.Second))
+		}
+	}
+	gets, err := store.ObjectGets(store.Bucket, store.ModelPrefix)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(gets).To(BeNumerically(">", 0), "north's pod loaded its model from north's store")
+	answer := proxyCompletion(ctx, g, north, &pod, obj.Spec.Model.Name)
+	t.Logf("karmada figure: east's 2 replicas (simulated kubelets) Ready %.1f s after the apply; north's 1 on its real node (loaded %d MiB from the store, %d GETs) Ready about %.0f s after; the template on Karmada Ready at %.1f s",
+		eastReady.Seconds(), store.ModelBytes>>20, gets, podReady.Seconds(), karmadaReady.Seconds())
+	t.Logf("north's pod %s on %s answered a completion through north's API server: %s", pod.Name, pod.Spec.NodeName, answer)
+}
+
+// partReady reports whether m runs its part of obj, replicas of them, Ready
+// for its current generation.
+func partReady(ctx context.Context, m *member, obj *servingv1.AIInference, replicas int32) bool {
+	got := &servingv1.AIInference{}
+	return m.k8s.Get(ctx, client.ObjectKeyFromObject(obj), got) == nil &&
+		got.Status.ObservedGeneration == got.Generation && got.Status.Phase == servingv1.PhaseReady && got.Status.ReadyReplicas == replicas
+}
+
+// duplicatedPolicy is a PropagationPolicy that puts obj, as it is, on each of
+// the members.
+func duplicatedPolicy(obj client.Object, members []string) *unstructured.Unstructured {
+	gvk, err := apiutil.GVKForObject(obj, testScheme())
+	utilruntime.Must(err)
+	clusterNames := []any{}
+	for _, m := range members {
+		clusterNames = append(clusterNames, m)
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "policy.karmada.io/v1alpha1",
+		"kind":       "PropagationPolicy",
+		"metadata":   map[string]any{"namespace": obj.GetNamespace(), "name": strings.ToLower(gvk.Kind) + "-" + obj.GetName()},
+		"spec": map[string]any{
+			"resourceSelectors": []any{map[string]any{"apiVersion": gvk.GroupVersion().String(), "kind": gvk.Kind, "name": obj.GetName()}},
+			"placement": map[string]any{
+				"clusterAffinity":   map[string]any{"clusterNames": clusterNames},
+				"replicaScheduling": map[string]any{"replicaSchedulingType": "Duplicated"},
+			},
+		},
+	}}
+}
+
+// proxyCompletion asks the engine of pod in m's cluster for a short completion
+// of model through the cluster's API server (pods/proxy), as a user of the
+// member could, and returns the answer's body.
+func proxyCompletion(ctx context.Context, g *WithT, m *member, pod *corev1.Pod, model string) string {
+	clientset, err := kubernetes.NewForConfig(m.cluster.RESTConfig())
+	g.Expect(err).NotTo(HaveOccurred())
+	var port int32
+	for _, c := range pod.Spec.Containers {
+		if c.Name == servingv1.EngineContainerName && len(c.Ports) > 0 {
+			port = c.Ports[0].ContainerPort
+		}
+	}
+	g.Expect(port).NotTo(BeZero(), "the engine's port")
+	body, err := json.Marshal(map[string]any{"model": model, "prompt": "Hello", "max_tokens": 4})
+	g.Expect(err).NotTo(HaveOccurred())
+	answer, err := clientset.CoreV1().RESTClient().Post().Namespace(pod.Namespace).Resource("pods").
+		Name(fmt.Sprintf("%s:%d", pod.Name, port)).SubResource("proxy").Suffix("v1", "completions").
+		SetHeader("Content-Type", "application/json").Body(body).DoRaw(ctx)
+	g.Expect(err).NotTo(HaveOccurred(), "a completion from %s: %s", pod.Name, answer)
+	g.Expect(string(answer)).To(ContainSubstring(`"choices"`))
+	return string(answer)
+}
+
 // TestKarmadaMovesReplicasOffAStoppedMember divides an AIInference of 3
 // replicas between east and west, stops west (its operator and its whole
 // control plane), and measures how long until east runs all 3, Ready: Karmada
@@ -749,7 +932,7 @@ func TestBenchKarmada(t *testing.T) {
 	e.applyInterpreter(t, g, nil)
 	ns := e.namespace(t, g, "bench")
 
-	singleCluster, err := e.startCluster(ctx, "single", singleClusterPools)
+	singleCluster, err := e.startCluster(ctx, "single", singleClusterPools, false)
 	g.Expect(err).NotTo(HaveOccurred())
 	single := &member{name: "single", cluster: singleCluster}
 	defer func() {
