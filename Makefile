@@ -172,7 +172,7 @@ bench-scale: ## The operator at N objects beside plain Deployments on the local 
 
 .PHONY: bench-autoscale
 bench-autoscale: tools ## The autoscaler: on a real node a step of load to a second replica and back, and from zero through the Service, beside the pod's own cold start (root, cgroup v1); a sawtooth load's changes per period
-	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeAutoscaler' -count=1 -timeout 20m -v \
+	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeAutoscaler(FollowsAStepOfLoad|ScalesFromZero)$$' -count=1 -timeout 20m -v \
 		| grep -E 'autoscale figure|^(--- |ok|FAIL)'
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./internal/controller/aiinference/integration/ -run 'TestSawtoothLoad' -count=1 -timeout 10m -v \
 		| grep -E 'autoscale figure|^(--- |ok|FAIL)'
@@ -198,10 +198,10 @@ bench-adapters: tools ## LoRA adapters on a real node: seconds from an adapter a
 		| grep -E 'adapters figure|^(--- |ok|FAIL)'
 
 .PHONY: bench-multinode
-bench-multinode: tools ## Replicas that span nodes with the real LeaderWorkerSet controller: on simulated GPU nodes apply -> Ready for 8 groups of two 8-GPU nodes beside 8 one-node replicas, and a lost worker's group back; on the two real nodes (root, cgroup v1) a killed worker's group serving again
+bench-multinode: tools ## Replicas that span nodes with the real LeaderWorkerSet controller: on simulated GPU nodes apply -> Ready for 8 groups of two 8-GPU nodes beside 8 one-node replicas, and a lost worker's group back; on the two real nodes (root, cgroup v1) a killed worker's group serving again, and a group autoscaled to zero and back with requests held meanwhile
 	MULTINODE_BENCH=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestBenchMultiNode' -count=1 -timeout 20m -v \
 		| grep -E 'multinode figure|^(--- |ok|FAIL)'
-	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeMultiNodeGroupServesAndRecoversAsOne' -count=1 -timeout 20m -v \
+	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeMultiNodeGroupServesAndRecoversAsOne|TestRealNodeAutoscalerScalesAMultiNodeModelFromZeroAsOneGroup' -count=1 -timeout 20m -v \
 		| grep -E 'multinode figure|^(--- |ok|FAIL)'
 
 .PHONY: bench-karmada

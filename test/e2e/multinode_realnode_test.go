@@ -2,8 +2,13 @@ package e2e
 
 import (
 	"context"
+	"net"
+	"net/http"
+	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -167,4 +172,168 @@ func serviceEndpoints(g *WithT, obj *servingv1.AIInference) []string {
 		g.Expect(ips).NotTo(BeEmpty())
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	return ips
+}
+
+// Autoscaling counts groups: a model of one group over the two real nodes
+// (minReplicas 0, maxReplicas 1) goes to zero when idle, its LeaderWorkerSet
+// at 0 and no member left on either node, and its Service leads to the
+// activator. Requests sent to the ClusterIP meanwhile are held; the
+// autoscaler starts one group, whose leader loads, waits for its worker to
+// join and warms up, and every held request is answered by that leader. The
+// figures (docs/multinode.md) put the first held request's latency beside
+// the group's own start.
+func TestRealNodeAutoscalerScalesAMultiNodeModelFromZeroAsOneGroup(t *testing.T) {
+	g, _, obj := startRealNodeTest(t, 2, "mn-zero")
+	ctx := context.Background()
+	obj.Spec.GPU.Nodes = 2
+	obj.Spec.Autoscaling = &servingv1.AutoscalingSpec{MinReplicas: ptr.To[int32](0), MaxReplicas: 1,
+		Targets:        servingv1.AutoscalingTargets{QueueDepth: ptr.To[int32](4)},
+		ScaleDown:      &servingv1.ScalingRules{StabilizationWindow: &metav1.Duration{Duration: 0}},
+		IdleBeforeZero: &metav1.Duration{Duration: 5 * time.Second}}
+	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
+	stopLog := logConditions(t, obj, servingv1.ConditionReady, servingv1.ConditionScalingActive)
+	t.Cleanup(stopLog)
+	waitFor(t, g, obj, realGroupTimeout, beReady(1))
+	first := realGroup(g, obj)
+
+	// Idle: to zero. The model stays Ready while its group goes, as a
+	// single-node model does (a Deployment counts no terminating pod): a
+	// group whose leader is being deleted is no replica, though the
+	// LeaderWorkerSet counts it until the leader's preStop (5 s) has run.
+	// No member of the group is left on either node, the LeaderWorkerSet
+	// runs no group, and the Service leads to the activator.
+	idle := time.Now()
+	var notReadySince time.Time
+	var notReady []string
+	g.Eventually(func(g Gomega) {
+		got := &servingv1.AIInference{}
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+		if c := meta.FindStatusCondition(got.Status.Conditions, servingv1.ConditionReady); c != nil && c.Status != metav1.ConditionTrue {
+			if notReadySince.IsZero() {
+				notReadySince = time.Now()
+			}
+			if msg := c.Reason + ": " + c.Message; !slices.Contains(notReady, msg) {
+				notReady = append(notReady, msg)
+			}
+		}
+		g.Expect(got.Status.Autoscaling).NotTo(BeNil())
+		g.Expect(got.Status.Autoscaling.DesiredReplicas).To(BeZero(), "%v", meta.FindStatusCondition(got.Status.Conditions, servingv1.ConditionScalingActive))
+		g.Expect(got.Status.Reason).To(Equal(servingv1.ReasonScaledToZero))
+		g.Expect(got.Status.Replicas).To(BeZero())
+	}).WithTimeout(time.Minute).WithPolling(100 * time.Millisecond).Should(Succeed())
+	notReadyFor := time.Duration(0)
+	if !notReadySince.IsZero() {
+		notReadyFor = time.Since(notReadySince)
+	}
+	t.Logf("multinode figure: Ready with one group -> ScaledToZero (idleBeforeZero 5 s): %.1f s, Ready not True for %.1f s of it", time.Since(idle).Seconds(), notReadyFor.Seconds())
+	g.Expect(notReadyFor).To(BeNumerically("<", 3*time.Second),
+		"a group going away is no replica: Ready was not True for %s on the way to zero (%q)", notReadyFor.Round(100*time.Millisecond), notReady)
+	g.Eventually(func(g Gomega) {
+		pods := &corev1.PodList{}
+		g.Expect(k8s.List(ctx, pods, client.InNamespace(obj.Namespace), client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
+		g.Expect(pods.Items).To(BeEmpty(), "no member, so no GPU on either node, at zero")
+	}).WithTimeout(time.Minute).Should(Succeed())
+	lws := &lwsv1.LeaderWorkerSet{}
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: obj.Namespace, Name: obj.GroupSetName()}, lws)).To(Succeed())
+	g.Expect(lws.Spec.Replicas).To(Equal(ptr.To[int32](0)))
+	svc := &corev1.Service{}
+	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), svc)).To(Succeed())
+	slice := &discoveryv1.EndpointSlice{}
+	g.Eventually(func() error {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: obj.Namespace, Name: obj.ActivatorSliceName()}, slice)
+	}).WithTimeout(time.Minute).Should(Succeed())
+	activatorIP, _, _ := net.SplitHostPort(activatorAddr)
+	modelPort := net.JoinHostPort(activatorIP, strconv.Itoa(int(*slice.Ports[0].Port)))
+	g.Eventually(func() (string, error) {
+		nat, err := exec.Command("iptables-save", "-t", "nat").CombinedOutput()
+		return string(nat), err
+	}).WithTimeout(serviceRouteTimeout).WithPolling(500*time.Millisecond).Should(ContainSubstring("--to-destination "+modelPort),
+		"kube-proxy leads the Service to the activator")
+
+	// Three requests to the ClusterIP, at once: held, then answered by the
+	// new group's leader.
+	url := "http://" + net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port)))
+	httpClient := &http.Client{Timeout: 3 * time.Minute}
+	sent := time.Now()
+	latencies := make([]time.Duration, 3)
+	answered := make([]string, 3)
+	errs := make([]error, 3)
+	var requests sync.WaitGroup
+	for i := range 3 {
+		requests.Go(func() {
+			answered[i], errs[i] = complete(httpClient, url, obj.Spec.Model.Name)
+			latencies[i] = time.Since(sent)
+		})
+	}
+	requests.Wait()
+	for i, err := range errs {
+		g.Expect(err).NotTo(HaveOccurred(), "held request %d", i)
+		g.Expect(answered[i]).To(Equal(obj.Spec.Model.Name), "held request %d", i)
+	}
+	got := &servingv1.AIInference{}
+	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+	up := got.Status.Autoscaling.Decisions[len(got.Status.Autoscaling.Decisions)-1]
+	g.Expect(up.Reason).To(Equal(servingv1.ScalingDecisionUp))
+	g.Expect(up.From).To(BeZero(), "the last decision is 0 -> 1: %+v", up)
+	g.Expect(up.To).To(Equal(int32(1)), "the last decision is 0 -> 1: %+v", up)
+	g.Expect(up.Message).To(ContainSubstring("held by the activator"))
+
+	// One new group, on the two real nodes, whose leader answered.
+	second := realGroup(g, obj)
+	g.Expect(second.leader.UID).NotTo(Equal(first.leader.UID))
+	g.Expect(second.workers[0].UID).NotTo(Equal(first.workers[0].UID))
+	leaderReady := time.Duration(0)
+	for _, c := range second.leader.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			leaderReady = c.LastTransitionTime.Sub(second.leader.CreationTimestamp.Time)
+		}
+	}
+	g.Expect(leaderReady).To(BeNumerically(">", 0), "the new leader is Ready")
+	g.Expect(engineLog(g, second.leader)).To(ContainSubstring("All ray workers are active"),
+		"the leader served once its worker had joined")
+	t.Logf("multinode figure: from zero, the first held request answered after %.1f s (all 3 in %.1f s, 0 lost); the group's own start, leader created -> leader Ready: %.0f s",
+		slices.Min(latencies).Seconds(), slices.Max(latencies).Seconds(), leaderReady.Seconds())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: obj.Namespace, Name: obj.ActivatorSliceName()}, &discoveryv1.EndpointSlice{}))
+	}).WithTimeout(time.Minute).Should(BeTrue(), "the Service leads to the group alone once its leader serves")
+	g.Eventually(func() []string { return serviceEndpoints(g, obj) }).WithTimeout(30*time.Second).Should(ConsistOf(second.leader.Status.PodIP),
+		"the Service leads to the leader only")
+	waitFor(t, g, obj, time.Minute, beReady(1))
+	stopLog()
+	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
+	for _, d := range got.Status.Autoscaling.Decisions {
+		t.Logf("decision at %s: %d -> %d %s: %s", d.Time.Format(time.TimeOnly), d.From, d.To, d.Reason, d.Message)
+	}
+}
+
+// logConditions logs each new status and reason of the object's conditions
+// of the given types, with the time it saw it, until the returned function
+// is called: where a test's seconds went.
+func logConditions(t *testing.T, obj *servingv1.AIInference, types ...string) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		seen := map[string]string{}
+		for {
+			got := &servingv1.AIInference{}
+			if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), got); err == nil {
+				for _, typ := range types {
+					c := meta.FindStatusCondition(got.Status.Conditions, typ)
+					if c == nil {
+						continue
+					}
+					if now := string(c.Status) + " " + c.Reason + ": " + c.Message; seen[typ] != now {
+						seen[typ] = now
+						t.Logf("%s %s %s", time.Now().Format("15:04:05.0"), typ, now)
+					}
+				}
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	})
+	return sync.OnceFunc(func() { close(done); wg.Wait() })
 }

@@ -184,16 +184,31 @@ func (r *Reconciler) retireOtherForm(ctx context.Context, s *scope) error {
 // ready once its workers exist, placed or not (StatefulsetReady), which would
 // call a model Ready with a worker Pending; a group is ready here when its
 // leader serves and every worker runs ready (readyGroups).
+//
+// Nor are its counts of groups taken past the leaders that are not being
+// deleted (observePods skips those): v0.7 counts a group until its leader's
+// pod is gone (its leaders' StatefulSet counts terminating pods), which
+// takes the engine's preStop sleep and more. A Deployment's ReplicaSet
+// counts no terminating pod, so a group going away (a scale down, to zero
+// by the autoscaler) would otherwise keep a multi-node model Ready False
+// ("replicas of an earlier spec are being removed") where a single-node
+// model is done at once (seen: 6 s at each scale to zero on the real nodes).
 func groupsAsDeployment(lws *lwsv1.LeaderWorkerSet, pods []podView) *appsv1.Deployment {
 	ready := readyGroups(pods, ptr.Deref(lws.Spec.LeaderWorkerTemplate.Size, 1))
+	var leaders int32
+	for _, p := range pods {
+		if p.Role == servingv1.RoleLeader {
+			leaders++
+		}
+	}
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: lws.Name, Namespace: lws.Namespace, Generation: lws.Generation,
 			OwnerReferences: lws.OwnerReferences, Annotations: lws.Annotations},
 		Spec: appsv1.DeploymentSpec{Replicas: lws.Spec.Replicas},
 		Status: appsv1.DeploymentStatus{
 			ObservedGeneration: lws.Generation,
-			Replicas:           lws.Status.Replicas,
-			UpdatedReplicas:    lws.Status.UpdatedReplicas,
+			Replicas:           min(lws.Status.Replicas, leaders),
+			UpdatedReplicas:    min(lws.Status.UpdatedReplicas, leaders),
 			ReadyReplicas:      ready,
 			AvailableReplicas:  ready,
 		},

@@ -6,6 +6,8 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
@@ -142,6 +144,37 @@ func TestGroupsCountAsReplicas(t *testing.T) {
 	g.Expect(d.Status.UpdatedReplicas).To(Equal(int32(3)))
 	g.Expect(d.Status.ObservedGeneration).To(Equal(int64(4)))
 	g.Expect(podTemplateHash(d)).To(Equal(lws.Spec.LeaderWorkerTemplate.LeaderTemplate.Annotations[servingv1.AnnotationTemplateHash]))
+}
+
+// A group whose leader is being deleted is no replica, as a Deployment's
+// terminating pod is none: the LeaderWorkerSet still counts it while the
+// leader's preStop runs, and a scale to zero (the autoscaler's) is done
+// before that, not Ready False until the group's pods are gone.
+func TestAGroupGoingAwayIsNoReplica(t *testing.T) {
+	g := NewWithT(t)
+	obj := multiNodeInference()
+	obj.Spec.Replicas = ptr.To[int32](0)
+	lws := desiredGroups(t, obj)
+	lws.Status = lwsv1.LeaderWorkerSetStatus{Replicas: 1, UpdatedReplicas: 1}
+	deleted := metav1.NewTime(now)
+	member := func(name, role string) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, DeletionTimestamp: &deleted,
+			Labels: map[string]string{servingv1.LabelRole: role, lwsv1.GroupIndexLabelKey: "0"}}}
+	}
+	pods := observePods([]corev1.Pod{member("llama-group-0", servingv1.RoleLeader), member("llama-group-0-1", servingv1.RoleWorker)},
+		lws.Spec.LeaderWorkerTemplate.LeaderTemplate.Annotations[servingv1.AnnotationTemplateHash])
+	d := groupsAsDeployment(lws, pods)
+	g.Expect(d.Status.Replicas).To(BeZero())
+	g.Expect(d.Status.UpdatedReplicas).To(BeZero())
+	st := computeStatus(obj, observation{deployment: d, pods: pods, podsSeen: true}, loadAssessment{}, now)
+	ready := meta.FindStatusCondition(st.Conditions, servingv1.ConditionReady)
+	g.Expect(ready.Status).To(Equal(metav1.ConditionTrue), "%s: %s", ready.Reason, ready.Message)
+	g.Expect(ready.Reason).To(Equal(servingv1.ReasonScaledToZero))
+	g.Expect(st.Replicas).To(BeZero())
+
+	// Until its leader is being deleted, the group still counts.
+	pods = []podView{{Role: servingv1.RoleLeader, Group: "0", Current: true}}
+	g.Expect(groupsAsDeployment(lws, pods).Status.Replicas).To(Equal(int32(1)))
 }
 
 // Traffic goes to leaders only (a worker serves nothing), and with
