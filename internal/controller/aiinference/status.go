@@ -32,6 +32,8 @@ type rollout struct {
 	ready int32
 	// updated counts replicas of the current spec; currentReady those that are ready.
 	updated, currentReady int32
+	// replicas counts what the workload's status counts, of any spec.
+	replicas int32
 	// stableReady counts the serving pods that are not a canary's.
 	stableReady int32
 	// done is true when the current spec is served by the desired number of
@@ -75,7 +77,7 @@ func observeRollout(obj *servingv1.AIInference, obs observation, templateHash st
 	if d == nil {
 		return ro
 	}
-	ro.ready = d.Status.ReadyReplicas
+	ro.ready, ro.replicas = d.Status.ReadyReplicas, d.Status.Replicas
 	current := d.Spec.Template.Annotations[servingv1.AnnotationTemplateHash] == templateHash
 	if current {
 		ro.updated = d.Status.UpdatedReplicas
@@ -83,6 +85,7 @@ func observeRollout(obj *servingv1.AIInference, obs observation, templateHash st
 	if c := obs.canary; c != nil {
 		// A canary's pods serve too, but while they exist the rollout is not done.
 		ro.ready += c.Status.ReadyReplicas
+		ro.replicas += c.Status.Replicas
 		if c.Spec.Template.Annotations[servingv1.AnnotationTemplateHash] == templateHash {
 			ro.updated += c.Status.UpdatedReplicas
 		}
@@ -394,8 +397,18 @@ func waitingVerdict(obj *servingv1.AIInference, obs observation, loads loadAsses
 	switch {
 	case len(current) == 0:
 		return phase, waitingOn(servingv1.ReasonProgressing, "creating pods")
-	case ro.currentReady >= ro.desired:
+	case ro.currentReady >= ro.desired && ro.replicas > ro.updated:
 		return phase, waitingOn(servingv1.ReasonRollingOut, "replicas of an earlier spec are being removed")
+	case ro.currentReady >= ro.desired && ro.replicas > ro.desired:
+		return phase, waitingOn(servingv1.ReasonRollingOut, "replicas past the desired %d are being removed", ro.desired)
+	case ro.currentReady >= ro.desired:
+		// The pods serve and nothing else is counted: the workload's status
+		// has not caught up with them yet (seen for a fraction of a second).
+		workload := deployments.kind
+		if obj.SpansNodes() {
+			workload = leaderWorkerSets.kind
+		}
+		return phase, waitingOn(servingv1.ReasonRollingOut, "waiting for the %s's status to count them", workload)
 	case ro.ready > 0:
 		return phase, waitingOn(servingv1.ReasonPartiallyAvailable, "waiting for the other replicas")
 	}

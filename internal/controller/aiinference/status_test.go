@@ -363,6 +363,40 @@ func TestComputeStatus(t *testing.T) {
 	}
 }
 
+// Once the current spec serves on every desired replica, RollingOut says what
+// the workload still does: removes replicas of an earlier spec, removes
+// replicas past the desired count, or only has not counted the pods yet (its
+// status lags them), which is no removal.
+func TestRollingOutSaysWhatIsLeft(t *testing.T) {
+	serving := func(n int) []podView {
+		var pods []podView
+		for i := range n {
+			pods = append(pods, podView{Name: fmt.Sprint(i), Current: true, Scheduled: true, Serves: true})
+		}
+		return pods
+	}
+	for _, tt := range []struct {
+		name    string
+		d       *appsv1.Deployment
+		pods    []podView
+		message string
+	}{
+		{"replicas of an earlier spec", deploymentWith(3, 3, 2), serving(2), "2 of 2 replicas run the current spec and are ready (1 of an earlier spec still serve); replicas of an earlier spec are being removed"},
+		{"a scale down", deploymentWith(3, 3, 3), serving(3), "3 of 2 replicas run the current spec and are ready; replicas past the desired 2 are being removed"},
+		{"a status behind the pods", deploymentWith(1, 1, 1), serving(2), "2 of 2 replicas run the current spec and are ready; waiting for the Deployment's status to count them"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			obj := sampleInference()
+			obj.Spec.Replicas = ptr.To[int32](2)
+			st := computeStatus(obj, observation{deployment: tt.d, pods: tt.pods, podsSeen: true}, loadAssessment{}, now)
+			ready := meta.FindStatusCondition(st.Conditions, servingv1.ConditionReady)
+			g.Expect(ready.Reason).To(Equal(servingv1.ReasonRollingOut))
+			g.Expect(ready.Message).To(Equal(tt.message))
+		})
+	}
+}
+
 func TestComputeStatusIsStable(t *testing.T) {
 	obj := sampleInference()
 	obs := observation{deployment: deploymentWith(1, 0, 1), podsSeen: true,
