@@ -198,10 +198,10 @@ bench-adapters: tools ## LoRA adapters on a real node: seconds from an adapter a
 		| grep -E 'adapters figure|^(--- |ok|FAIL)'
 
 .PHONY: bench-multinode
-bench-multinode: tools ## Replicas that span nodes with the real LeaderWorkerSet controller: on simulated GPU nodes apply -> Ready for 8 groups of two 8-GPU nodes beside 8 one-node replicas, and a lost worker's group back; on the two real nodes (root, cgroup v1) a killed worker's group serving again, and a group autoscaled to zero and back with requests held meanwhile
+bench-multinode: tools ## Replicas that span nodes with the real LeaderWorkerSet controller: on simulated GPU nodes apply -> Ready for 8 groups of two 8-GPU nodes beside 8 one-node replicas, and a lost worker's group back; on the two real nodes (root, cgroup v1) a killed worker's group serving again, a group autoscaled to zero and back with requests held meanwhile, and a second group added on load
 	MULTINODE_BENCH=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestBenchMultiNode' -count=1 -timeout 20m -v \
 		| grep -E 'multinode figure|^(--- |ok|FAIL)'
-	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeMultiNodeGroupServesAndRecoversAsOne|TestRealNodeAutoscalerScalesAMultiNodeModelFromZeroAsOneGroup' -count=1 -timeout 20m -v \
+	LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeMultiNodeGroupServesAndRecoversAsOne|TestRealNodeAutoscalerScalesAMultiNodeModelFromZeroAsOneGroup|TestRealNodeAutoscalerAddsAGroupOnLoadAndRemovesIt' -count=1 -timeout 20m -v \
 		| grep -E 'multinode figure|^(--- |ok|FAIL)'
 
 .PHONY: bench-karmada

@@ -41,36 +41,8 @@ func TestRealNodeAutoscalerFollowsAStepOfLoad(t *testing.T) {
 	waitFor(t, g, obj, realReadyTimeout, beReady(1))
 	url := serviceURL(g, obj)
 
-	// Six clients, each sending its next completion once the last is answered,
-	// for at most 3 minutes.
-	var ok, failed atomic.Int64
-	var firstErr atomic.Value
-	stop := make(chan struct{})
-	var clients sync.WaitGroup
-	httpClient := &http.Client{Timeout: 30 * time.Second}
 	step := time.Now()
-	for range 6 {
-		clients.Go(func() {
-			deadline := time.After(3 * time.Minute)
-			for {
-				select {
-				case <-stop:
-					return
-				case <-deadline:
-					return
-				default:
-				}
-				if _, err := complete(httpClient, url, obj.Spec.Model.Name); err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, err)
-					continue
-				}
-				ok.Add(1)
-			}
-		})
-	}
-	stopLoad := sync.OnceFunc(func() { close(stop); clients.Wait() })
-	t.Cleanup(stopLoad)
+	load := startClosedLoop(t, url, obj.Spec.Model.Name, 6)
 
 	key := client.ObjectKeyFromObject(obj)
 	got := &servingv1.AIInference{}
@@ -86,7 +58,7 @@ func TestRealNodeAutoscalerFollowsAStepOfLoad(t *testing.T) {
 		g.Expect(pods).To(HaveLen(2))
 	}).WithTimeout(realReadyTimeout).WithPolling(200 * time.Millisecond).Should(Succeed())
 	serving := time.Since(step)
-	stopLoad()
+	load.stop()
 	newest := pods[0]
 	if pods[1].CreationTimestamp.After(newest.CreationTimestamp.Time) {
 		newest = pods[1]
@@ -98,8 +70,8 @@ func TestRealNodeAutoscalerFollowsAStepOfLoad(t *testing.T) {
 		}
 	}
 	t.Logf("autoscale figure: step load to the decision to scale up %.1f s, to the new replica serving %.1f s (the new pod's own cold start, creation to Ready: %.0f s); %d completions answered, %d failed meanwhile",
-		decided.Seconds(), serving.Seconds(), coldStart.Seconds(), ok.Load(), failed.Load())
-	g.Expect(failed.Load()).To(BeZero(), "first failure: %v", firstErr.Load())
+		decided.Seconds(), serving.Seconds(), coldStart.Seconds(), load.ok.Load(), load.failed.Load())
+	g.Expect(load.failed.Load()).To(BeZero(), "first failure: %v", load.firstErr.Load())
 	g.Expect(got.Spec.Replicas).To(Equal(ptr.To[int32](1)), "spec.replicas is the user's")
 
 	quiet := time.Now()
@@ -108,6 +80,46 @@ func TestRealNodeAutoscalerFollowsAStepOfLoad(t *testing.T) {
 		g.Expect(got.Status.Autoscaling.Decisions[len(got.Status.Autoscaling.Decisions)-1].Reason).To(Equal(servingv1.ScalingDecisionDown))
 	})
 	t.Logf("autoscale figure: load stopped to the decision to scale down %.1f s (scale-down window 10 s)", time.Since(quiet).Seconds())
+}
+
+// closedLoop is clients that each send their next completion once the last
+// is answered, until stop or for at most 3 minutes.
+type closedLoop struct {
+	ok, failed atomic.Int64
+	firstErr   atomic.Value
+	stop       func()
+}
+
+// startClosedLoop starts n such clients on url for model; the test's cleanup
+// stops them if the test does not.
+func startClosedLoop(t *testing.T, url, model string, n int) *closedLoop {
+	l := &closedLoop{}
+	done := make(chan struct{})
+	var clients sync.WaitGroup
+	httpClient := &http.Client{Timeout: 30 * time.Second}
+	for range n {
+		clients.Go(func() {
+			deadline := time.After(3 * time.Minute)
+			for {
+				select {
+				case <-done:
+					return
+				case <-deadline:
+					return
+				default:
+				}
+				if _, err := complete(httpClient, url, model); err != nil {
+					l.failed.Add(1)
+					l.firstErr.CompareAndSwap(nil, err)
+					continue
+				}
+				l.ok.Add(1)
+			}
+		})
+	}
+	l.stop = sync.OnceFunc(func() { close(done); clients.Wait() })
+	t.Cleanup(l.stop)
+	return l
 }
 
 // From zero on a real node: an idle model goes to zero (no pod, no GPU), and

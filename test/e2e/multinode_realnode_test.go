@@ -50,7 +50,7 @@ func TestRealNodeMultiNodeGroupServesAndRecoversAsOne(t *testing.T) {
 	waitFor(t, g, obj, realGroupTimeout, beReady(1))
 	t.Logf("multinode figure: apply -> Ready, one group over the two real nodes: %.1f s", time.Since(begin).Seconds())
 
-	first := realGroup(g, obj)
+	first := realGroup(g, obj, 0)
 	// The worker found its leader by name through the cluster DNS, and the
 	// leader started its engine once the worker had joined.
 	address := envValue(first.workers[0], lwsv1.LwsLeaderAddress)
@@ -87,7 +87,7 @@ func TestRealNodeMultiNodeGroupServesAndRecoversAsOne(t *testing.T) {
 	}).WithTimeout(realGroupTimeout).WithPolling(250 * time.Millisecond).Should(Succeed())
 	recovered := time.Since(killed)
 	t.Logf("multinode figure: a worker deleted on the real nodes -> its group recreated and a completion through the Service answered again: %.1f s", recovered.Seconds())
-	second := realGroup(g, obj)
+	second := realGroup(g, obj, 0)
 	g.Expect(second.leader.UID).NotTo(Equal(first.leader.UID))
 	g.Expect(second.workers[0].UID).NotTo(Equal(first.workers[0].UID))
 	g.Eventually(func() []string { return serviceEndpoints(g, obj) }).WithTimeout(30 * time.Second).Should(ConsistOf(second.leader.Status.PodIP))
@@ -95,9 +95,9 @@ func TestRealNodeMultiNodeGroupServesAndRecoversAsOne(t *testing.T) {
 	g.Expect(waits).To(ContainElement(MatchRegexp(`pod `+obj.GroupSetName()+`-0(-1)?[ ,]`)), "Ready's messages while the group waited: %q", waits)
 }
 
-// realGroup is the model's one group, its leader and worker running on the
-// two real nodes.
-func realGroup(g *WithT, obj *servingv1.AIInference) group {
+// realGroup is the model's group of that index, its leader and worker running
+// on the two real nodes.
+func realGroup(g *WithT, obj *servingv1.AIInference, index int) group {
 	var gr group
 	g.Eventually(func(g Gomega) {
 		pods := &corev1.PodList{}
@@ -105,7 +105,7 @@ func realGroup(g *WithT, obj *servingv1.AIInference) group {
 			client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
 		gr = group{}
 		for _, p := range pods.Items {
-			if p.DeletionTimestamp != nil {
+			if p.DeletionTimestamp != nil || p.Labels[lwsv1.GroupIndexLabelKey] != strconv.Itoa(index) {
 				continue
 			}
 			switch p.Labels[servingv1.LabelRole] {
@@ -115,7 +115,7 @@ func realGroup(g *WithT, obj *servingv1.AIInference) group {
 				gr.workers = append(gr.workers, p)
 			}
 		}
-		g.Expect(gr.leader.Name).To(Equal(obj.GroupSetName() + "-0"))
+		g.Expect(gr.leader.Name).To(Equal(obj.GroupSetName() + "-" + strconv.Itoa(index)))
 		g.Expect(gr.workers).To(HaveLen(1))
 		var nodes []string
 		for _, n := range cluster.RealNodes() {
@@ -194,7 +194,7 @@ func TestRealNodeAutoscalerScalesAMultiNodeModelFromZeroAsOneGroup(t *testing.T)
 	stopLog := logConditions(t, obj, servingv1.ConditionReady, servingv1.ConditionScalingActive)
 	t.Cleanup(stopLog)
 	waitFor(t, g, obj, realGroupTimeout, beReady(1))
-	first := realGroup(g, obj)
+	first := realGroup(g, obj, 0)
 
 	// Idle: to zero. The model stays Ready while its group goes, as a
 	// single-node model does (a Deployment counts no terminating pod): a
@@ -203,31 +203,18 @@ func TestRealNodeAutoscalerScalesAMultiNodeModelFromZeroAsOneGroup(t *testing.T)
 	// No member of the group is left on either node, the LeaderWorkerSet
 	// runs no group, and the Service leads to the activator.
 	idle := time.Now()
-	var notReadySince time.Time
-	var notReady []string
+	var notReady notReadyWatch
 	g.Eventually(func(g Gomega) {
 		got := &servingv1.AIInference{}
 		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
-		if c := meta.FindStatusCondition(got.Status.Conditions, servingv1.ConditionReady); c != nil && c.Status != metav1.ConditionTrue {
-			if notReadySince.IsZero() {
-				notReadySince = time.Now()
-			}
-			if msg := c.Reason + ": " + c.Message; !slices.Contains(notReady, msg) {
-				notReady = append(notReady, msg)
-			}
-		}
+		notReady.observe(got)
 		g.Expect(got.Status.Autoscaling).NotTo(BeNil())
 		g.Expect(got.Status.Autoscaling.DesiredReplicas).To(BeZero(), "%v", meta.FindStatusCondition(got.Status.Conditions, servingv1.ConditionScalingActive))
 		g.Expect(got.Status.Reason).To(Equal(servingv1.ReasonScaledToZero))
 		g.Expect(got.Status.Replicas).To(BeZero())
 	}).WithTimeout(time.Minute).WithPolling(100 * time.Millisecond).Should(Succeed())
-	notReadyFor := time.Duration(0)
-	if !notReadySince.IsZero() {
-		notReadyFor = time.Since(notReadySince)
-	}
-	t.Logf("multinode figure: Ready with one group -> ScaledToZero (idleBeforeZero 5 s): %.1f s, Ready not True for %.1f s of it", time.Since(idle).Seconds(), notReadyFor.Seconds())
-	g.Expect(notReadyFor).To(BeNumerically("<", 3*time.Second),
-		"a group going away is no replica: Ready was not True for %s on the way to zero (%q)", notReadyFor.Round(100*time.Millisecond), notReady)
+	t.Logf("multinode figure: Ready with one group -> ScaledToZero (idleBeforeZero 5 s): %.1f s, Ready not True for %.1f s of it", time.Since(idle).Seconds(), notReady.lasted().Seconds())
+	notReady.expectBriefOnTheWayTo(g, "zero")
 	g.Eventually(func(g Gomega) {
 		pods := &corev1.PodList{}
 		g.Expect(k8s.List(ctx, pods, client.InNamespace(obj.Namespace), client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
@@ -279,7 +266,7 @@ func TestRealNodeAutoscalerScalesAMultiNodeModelFromZeroAsOneGroup(t *testing.T)
 	g.Expect(up.Message).To(ContainSubstring("held by the activator"))
 
 	// One new group, on the two real nodes, whose leader answered.
-	second := realGroup(g, obj)
+	second := realGroup(g, obj, 0)
 	g.Expect(second.leader.UID).NotTo(Equal(first.leader.UID))
 	g.Expect(second.workers[0].UID).NotTo(Equal(first.workers[0].UID))
 	leaderReady := time.Duration(0)
@@ -304,6 +291,116 @@ func TestRealNodeAutoscalerScalesAMultiNodeModelFromZeroAsOneGroup(t *testing.T)
 	for _, d := range got.Status.Autoscaling.Decisions {
 		t.Logf("decision at %s: %d -> %d %s: %s", d.Time.Format(time.TimeOnly), d.From, d.To, d.Reason, d.Message)
 	}
+}
+
+// notReadyWatch follows an object's Ready condition through a change that
+// should keep it True (a group going away is no replica, as a Deployment's
+// terminating pod is none): from the first pass it saw Ready not True, and
+// each message it said meanwhile.
+type notReadyWatch struct {
+	since    time.Time
+	messages []string
+}
+
+func (w *notReadyWatch) observe(got *servingv1.AIInference) {
+	c := meta.FindStatusCondition(got.Status.Conditions, servingv1.ConditionReady)
+	if c == nil || c.Status == metav1.ConditionTrue {
+		return
+	}
+	if w.since.IsZero() {
+		w.since = time.Now()
+	}
+	if msg := c.Reason + ": " + c.Message; !slices.Contains(w.messages, msg) {
+		w.messages = append(w.messages, msg)
+	}
+}
+
+// lasted is how long Ready was not True, up to now.
+func (w *notReadyWatch) lasted() time.Duration {
+	if w.since.IsZero() {
+		return 0
+	}
+	return time.Since(w.since)
+}
+
+// expectBriefOnTheWayTo fails unless Ready was not True for under 3 s (a pass
+// or two of the operator while the workload's status catches up).
+func (w *notReadyWatch) expectBriefOnTheWayTo(g *WithT, where string) {
+	g.Expect(w.lasted()).To(BeNumerically("<", 3*time.Second),
+		"a group going away is no replica: Ready was not True for %s on the way to %s (%q)", w.lasted().Round(100*time.Millisecond), where, w.messages)
+}
+
+// Autoscaling on load counts groups: a model of one group over the two real
+// nodes (minReplicas 1, maxReplicas 2; groups do not repel each other, so a
+// second group puts a member on each node too) whose engine serves one
+// request at a time, a second each. Six clients fill the leader's queue; the
+// autoscaler, reading the leaders' metrics only, asks for a second group,
+// whose members load, join and warm up while the first group serves, and no
+// request fails. Once the load stops the count goes back to one group: the
+// second group's members go, the first's stay, and the model stays Ready.
+// The figures are in docs/multinode.md.
+func TestRealNodeAutoscalerAddsAGroupOnLoadAndRemovesIt(t *testing.T) {
+	g, _, obj := startRealNodeTest(t, 4, "mn-load")
+	ctx := context.Background()
+	obj.Spec.GPU.Nodes = 2
+	obj.Spec.Engine.Args = append(obj.Spec.Engine.Args, "--max-num-seqs=1", "--mode=echo", "--latency-calculator=constant",
+		"--time-to-first-token=1s", "--inter-token-latency=10ms")
+	obj.Spec.Autoscaling = &servingv1.AutoscalingSpec{MinReplicas: ptr.To[int32](1), MaxReplicas: 2,
+		Targets:   servingv1.AutoscalingTargets{QueueDepth: ptr.To[int32](2)},
+		ScaleDown: &servingv1.ScalingRules{StabilizationWindow: &metav1.Duration{Duration: 10 * time.Second}}}
+	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
+	stopLog := logConditions(t, obj, servingv1.ConditionReady, servingv1.ConditionScalingActive)
+	t.Cleanup(stopLog)
+	waitFor(t, g, obj, realGroupTimeout, beReady(1))
+	first := realGroup(g, obj, 0)
+	url := serviceURL(g, obj)
+
+	step := time.Now()
+	load := startClosedLoop(t, url, obj.Spec.Model.Name, 6)
+	waitFor(t, g, obj, time.Minute, func(g Gomega, got *servingv1.AIInference) {
+		g.Expect(got.Status.Autoscaling).NotTo(BeNil())
+		g.Expect(got.Status.Autoscaling.DesiredReplicas).To(Equal(int32(2)), "%v", meta.FindStatusCondition(got.Status.Conditions, servingv1.ConditionScalingActive))
+	})
+	decided := time.Since(step)
+	waitFor(t, g, obj, realGroupTimeout, beReady(2))
+	second := realGroup(g, obj, 1)
+	g.Eventually(func() []string { return serviceEndpoints(g, obj) }).WithTimeout(30*time.Second).Should(
+		ConsistOf(first.leader.Status.PodIP, second.leader.Status.PodIP), "the Service leads to both leaders, and to no worker")
+	serving := time.Since(step)
+	served := load.ok.Load()
+	load.stop()
+	leaderReady := time.Duration(0)
+	for _, c := range second.leader.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			leaderReady = c.LastTransitionTime.Sub(second.leader.CreationTimestamp.Time)
+		}
+	}
+	t.Logf("multinode figure: step load to the decision to add a group %.1f s, to the second group serving %.1f s (its own start, leader created -> leader Ready: %.0f s); %d completions answered, %d failed meanwhile",
+		decided.Seconds(), serving.Seconds(), leaderReady.Seconds(), served, load.failed.Load())
+	g.Expect(load.failed.Load()).To(BeZero(), "first failure: %v", load.firstErr.Load())
+	g.Expect(realGroup(g, obj, 0).leader.UID).To(Equal(first.leader.UID), "the first group served throughout")
+
+	// Quiet: back to one group, the second one's members gone, Ready throughout.
+	quiet := time.Now()
+	var notReady notReadyWatch
+	waitFor(t, g, obj, 2*time.Minute, func(g Gomega, got *servingv1.AIInference) {
+		notReady.observe(got)
+		g.Expect(got.Status.Autoscaling.DesiredReplicas).To(Equal(int32(1)))
+		g.Expect(got.Status.Autoscaling.Decisions[len(got.Status.Autoscaling.Decisions)-1].Reason).To(Equal(servingv1.ScalingDecisionDown))
+		g.Expect(got.Status.Replicas).To(Equal(int32(1)))
+	})
+	t.Logf("multinode figure: load stopped to one group again %.1f s (scale-down window 10 s), Ready not True for %.1f s of it", time.Since(quiet).Seconds(), notReady.lasted().Seconds())
+	notReady.expectBriefOnTheWayTo(g, "one group")
+	g.Eventually(func(g Gomega) {
+		pods := &corev1.PodList{}
+		g.Expect(k8s.List(ctx, pods, client.InNamespace(obj.Namespace), client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
+		var names []string
+		for _, p := range pods.Items {
+			names = append(names, p.Name)
+		}
+		g.Expect(names).To(ConsistOf(first.leader.Name, first.workers[0].Name), "the second group's members are gone, the first's stay")
+	}).WithTimeout(time.Minute).Should(Succeed())
+	g.Expect(serviceEndpoints(g, obj)).To(ConsistOf(first.leader.Status.PodIP))
 }
 
 // logConditions logs each new status and reason of the object's conditions

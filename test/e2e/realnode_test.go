@@ -98,6 +98,7 @@ var roomHeld = map[string]time.Duration{
 	"TestRealNodeMultiNodeGroupServesAndRecoversAsOne":    60 * time.Second,
 	// Not from a suite run yet: 44 s alone, 2026-12-07.
 	"TestRealNodeAutoscalerScalesAMultiNodeModelFromZeroAsOneGroup": 60 * time.Second,
+	"TestRealNodeAutoscalerAddsAGroupOnLoadAndRemovesIt":            60 * time.Second,
 }
 
 const roomHeldUnknown = 10 * time.Second
