@@ -148,38 +148,7 @@ func TestRealNodeAutoscalerScalesFromZero(t *testing.T) {
 		g.Expect(k8s.List(ctx, pods, client.InNamespace(obj.Namespace), client.MatchingLabels{servingv1.LabelInference: obj.Name})).To(Succeed())
 		g.Expect(pods.Items).To(BeEmpty(), "no pod, so no GPU, at zero")
 	}).WithTimeout(time.Minute).Should(Succeed())
-	svc := &corev1.Service{}
-	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), svc)).To(Succeed())
-	// The activator takes the model's requests on a port of the model's own.
-	slice := &discoveryv1.EndpointSlice{}
-	g.Eventually(func() error {
-		return k8s.Get(ctx, client.ObjectKey{Namespace: obj.Namespace, Name: obj.Name + "-activator"}, slice)
-	}).WithTimeout(time.Minute).Should(Succeed())
-	activatorIP, _, _ := net.SplitHostPort(activatorAddr)
-	modelPort := net.JoinHostPort(activatorIP, strconv.Itoa(int(*slice.Ports[0].Port)))
-	g.Eventually(func() (string, error) {
-		nat, err := exec.Command("iptables-save", "-t", "nat").CombinedOutput()
-		return string(nat), err
-	}).WithTimeout(serviceRouteTimeout).WithPolling(500*time.Millisecond).Should(ContainSubstring("--to-destination "+modelPort),
-		"kube-proxy leads the Service to the activator")
-
-	// Three requests to the ClusterIP, at once.
-	url := "http://" + net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port)))
-	httpClient := &http.Client{Timeout: 3 * time.Minute}
-	sent := time.Now()
-	latencies := make([]time.Duration, 3)
-	errs := make([]error, 3)
-	var requests sync.WaitGroup
-	for i := range 3 {
-		requests.Go(func() {
-			_, errs[i] = complete(httpClient, url, obj.Spec.Model.Name)
-			latencies[i] = time.Since(sent)
-		})
-	}
-	requests.Wait()
-	for i, err := range errs {
-		g.Expect(err).NotTo(HaveOccurred(), "request %d", i)
-	}
+	latencies := sendHeldRequests(g, obj, 3)
 	pods := servingPods(g, obj)
 	g.Expect(pods).To(HaveLen(1))
 	coldStart := time.Duration(0)
@@ -191,6 +160,49 @@ func TestRealNodeAutoscalerScalesFromZero(t *testing.T) {
 	t.Logf("autoscale figure: from zero, the first held request answered after %.1f s (all 3 in %.1f s, 0 lost); the new pod's own cold start, creation to Ready: %.0f s",
 		slices.Min(latencies).Seconds(), slices.Max(latencies).Seconds(), coldStart.Seconds())
 	g.Eventually(func() bool {
-		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: obj.Namespace, Name: obj.Name + "-activator"}, &discoveryv1.EndpointSlice{}))
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: obj.Namespace, Name: obj.ActivatorSliceName()}, &discoveryv1.EndpointSlice{}))
 	}).WithTimeout(time.Minute).Should(BeTrue(), "the Service leads to the pod alone once it serves")
+}
+
+// sendHeldRequests waits until the Service of obj, at zero, leads to the
+// activator (its EndpointSlice, and kube-proxy's rule to it on the host),
+// then sends n completions at once to the Service's ClusterIP, which the
+// activator holds until a replica serves. Each must be answered by the model;
+// it returns their latencies from the send.
+func sendHeldRequests(g *WithT, obj *servingv1.AIInference, n int) []time.Duration {
+	ctx := context.Background()
+	svc := &corev1.Service{}
+	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), svc)).To(Succeed())
+	// The activator takes the model's requests on a port of the model's own.
+	slice := &discoveryv1.EndpointSlice{}
+	g.Eventually(func() error {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: obj.Namespace, Name: obj.ActivatorSliceName()}, slice)
+	}).WithTimeout(time.Minute).Should(Succeed())
+	activatorIP, _, _ := net.SplitHostPort(activatorAddr)
+	modelPort := net.JoinHostPort(activatorIP, strconv.Itoa(int(*slice.Ports[0].Port)))
+	g.Eventually(func() (string, error) {
+		nat, err := exec.Command("iptables-save", "-t", "nat").CombinedOutput()
+		return string(nat), err
+	}).WithTimeout(serviceRouteTimeout).WithPolling(500*time.Millisecond).Should(ContainSubstring("--to-destination "+modelPort),
+		"kube-proxy leads the Service to the activator")
+
+	url := "http://" + net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port)))
+	httpClient := &http.Client{Timeout: 3 * time.Minute}
+	sent := time.Now()
+	latencies := make([]time.Duration, n)
+	answered := make([]string, n)
+	errs := make([]error, n)
+	var requests sync.WaitGroup
+	for i := range n {
+		requests.Go(func() {
+			answered[i], errs[i] = complete(httpClient, url, obj.Spec.Model.Name)
+			latencies[i] = time.Since(sent)
+		})
+	}
+	requests.Wait()
+	for i, err := range errs {
+		g.Expect(err).NotTo(HaveOccurred(), "held request %d", i)
+		g.Expect(answered[i]).To(Equal(obj.Spec.Model.Name), "held request %d", i)
+	}
+	return latencies
 }

@@ -2,9 +2,6 @@ package e2e
 
 import (
 	"context"
-	"net"
-	"net/http"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -223,40 +220,9 @@ func TestRealNodeAutoscalerScalesAMultiNodeModelFromZeroAsOneGroup(t *testing.T)
 	lws := &lwsv1.LeaderWorkerSet{}
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: obj.Namespace, Name: obj.GroupSetName()}, lws)).To(Succeed())
 	g.Expect(lws.Spec.Replicas).To(Equal(ptr.To[int32](0)))
-	svc := &corev1.Service{}
-	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), svc)).To(Succeed())
-	slice := &discoveryv1.EndpointSlice{}
-	g.Eventually(func() error {
-		return k8s.Get(ctx, client.ObjectKey{Namespace: obj.Namespace, Name: obj.ActivatorSliceName()}, slice)
-	}).WithTimeout(time.Minute).Should(Succeed())
-	activatorIP, _, _ := net.SplitHostPort(activatorAddr)
-	modelPort := net.JoinHostPort(activatorIP, strconv.Itoa(int(*slice.Ports[0].Port)))
-	g.Eventually(func() (string, error) {
-		nat, err := exec.Command("iptables-save", "-t", "nat").CombinedOutput()
-		return string(nat), err
-	}).WithTimeout(serviceRouteTimeout).WithPolling(500*time.Millisecond).Should(ContainSubstring("--to-destination "+modelPort),
-		"kube-proxy leads the Service to the activator")
-
 	// Three requests to the ClusterIP, at once: held, then answered by the
 	// new group's leader.
-	url := "http://" + net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port)))
-	httpClient := &http.Client{Timeout: 3 * time.Minute}
-	sent := time.Now()
-	latencies := make([]time.Duration, 3)
-	answered := make([]string, 3)
-	errs := make([]error, 3)
-	var requests sync.WaitGroup
-	for i := range 3 {
-		requests.Go(func() {
-			answered[i], errs[i] = complete(httpClient, url, obj.Spec.Model.Name)
-			latencies[i] = time.Since(sent)
-		})
-	}
-	requests.Wait()
-	for i, err := range errs {
-		g.Expect(err).NotTo(HaveOccurred(), "held request %d", i)
-		g.Expect(answered[i]).To(Equal(obj.Spec.Model.Name), "held request %d", i)
-	}
+	latencies := sendHeldRequests(g, obj, 3)
 	got := &servingv1.AIInference{}
 	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), got)).To(Succeed())
 	up := got.Status.Autoscaling.Decisions[len(got.Status.Autoscaling.Decisions)-1]
