@@ -394,10 +394,6 @@ func (e *env) applyInterpreter(t *testing.T, g *WithT, edit func(*unstructured.U
 // replicas divided by the replicas each can still take (Karmada's dynamic
 // weight by AvailableReplicas, from the interpreter's replica requirements).
 func propagationPolicy(ns, name string, members []string) *unstructured.Unstructured {
-	clusterNames := []any{}
-	for _, m := range members {
-		clusterNames = append(clusterNames, m)
-	}
 	pp := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "policy.karmada.io/v1alpha1",
 		"kind":       "PropagationPolicy",
@@ -405,7 +401,7 @@ func propagationPolicy(ns, name string, members []string) *unstructured.Unstruct
 		"spec": map[string]any{
 			"resourceSelectors": []any{map[string]any{"apiVersion": servingv1.GroupVersion.String(), "kind": "AIInference", "name": name}},
 			"placement": map[string]any{
-				"clusterAffinity": map[string]any{"clusterNames": clusterNames},
+				"clusterAffinity": clusterAffinity(members),
 				"replicaScheduling": map[string]any{
 					"replicaSchedulingType":     "Divided",
 					"replicaDivisionPreference": "Weighted",
@@ -758,15 +754,20 @@ func partReady(ctx context.Context, m *member, obj *servingv1.AIInference, repli
 		got.Status.ObservedGeneration == got.Generation && got.Status.Phase == servingv1.PhaseReady && got.Status.ReadyReplicas == replicas
 }
 
+// clusterAffinity is a PropagationPolicy's placement on exactly the members.
+func clusterAffinity(members []string) map[string]any {
+	clusterNames := []any{}
+	for _, m := range members {
+		clusterNames = append(clusterNames, m)
+	}
+	return map[string]any{"clusterNames": clusterNames}
+}
+
 // duplicatedPolicy is a PropagationPolicy that puts obj, as it is, on each of
 // the members.
 func duplicatedPolicy(obj client.Object, members []string) *unstructured.Unstructured {
 	gvk, err := apiutil.GVKForObject(obj, testScheme())
 	utilruntime.Must(err)
-	clusterNames := []any{}
-	for _, m := range members {
-		clusterNames = append(clusterNames, m)
-	}
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "policy.karmada.io/v1alpha1",
 		"kind":       "PropagationPolicy",
@@ -774,7 +775,7 @@ func duplicatedPolicy(obj client.Object, members []string) *unstructured.Unstruc
 		"spec": map[string]any{
 			"resourceSelectors": []any{map[string]any{"apiVersion": gvk.GroupVersion().String(), "kind": gvk.Kind, "name": obj.GetName()}},
 			"placement": map[string]any{
-				"clusterAffinity":   map[string]any{"clusterNames": clusterNames},
+				"clusterAffinity":   clusterAffinity(members),
 				"replicaScheduling": map[string]any{"replicaSchedulingType": "Duplicated"},
 			},
 		},

@@ -191,7 +191,7 @@ func (r *Reconciler) retireOtherForm(ctx context.Context, s *scope) error {
 // takes the engine's preStop sleep and more. A Deployment's ReplicaSet
 // counts no terminating pod, so a group going away (a scale down, to zero
 // by the autoscaler) would otherwise keep a multi-node model Ready False
-// ("replicas of an earlier spec are being removed") where a single-node
+// (RollingOut, "replicas past the desired N are being removed") where a single-node
 // model is done at once (seen: 6 s at each scale to zero on the real nodes).
 func groupsAsDeployment(lws *lwsv1.LeaderWorkerSet, pods []podView) *appsv1.Deployment {
 	ready := readyGroups(pods, ptr.Deref(lws.Spec.LeaderWorkerTemplate.Size, 1))
