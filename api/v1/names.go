@@ -71,6 +71,11 @@ func (in *AIInference) ServiceName() string { return in.Name }
 // one its pods' DNS names need.)
 func (in *AIInference) GroupSetName() string { return in.Name + "-group" }
 
+// GroupPodGroupName names the PodGroup of group index of the LeaderWorkerSet
+// groupSet, which the scheduler places all or nothing (docs/multinode.md):
+// the name of the group's leader pod.
+func GroupPodGroupName(groupSet, index string) string { return groupSet + "-" + index }
+
 // LoaderConfigMapName names the loader's configuration of the (stable) pods.
 func (in *AIInference) LoaderConfigMapName() string { return in.Name + "-loader" }
 

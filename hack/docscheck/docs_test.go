@@ -35,6 +35,7 @@ var root = filepath.Join("..", "..")
 // a mistake.
 var externalFlags = map[string]string{
 	"endpoint-reconciler-type":     "kube-apiserver",
+	"runtime-config":               "kube-apiserver",
 	"hostname-override":            "kubelet",
 	"cleanup":                      "kube-proxy",
 	"for":                          "kubectl wait",

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
@@ -162,6 +163,9 @@ func cachedChildren(cfg *rest.Config, managed cache.ByObject) map[client.Object]
 	}
 	if served(lwsv1.GroupVersion.String(), "leaderworkersets") {
 		byObject[&lwsv1.LeaderWorkerSet{}] = managed
+	}
+	if served(schedulingv1beta1.SchemeGroupVersion.String(), "podgroups") {
+		byObject[&schedulingv1beta1.PodGroup{}] = managed
 	}
 	return byObject
 }

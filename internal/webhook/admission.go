@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -34,13 +36,22 @@ const (
 // +kubebuilder:webhook:path=/validate-serving-aiinference-io-v1-aiinference,mutating=false,failurePolicy=fail,sideEffects=None,groups=serving.aiinference.io,resources=aiinferences,verbs=create;update,versions=v1,name=validate-v1.aiinferences.serving.aiinference.io,admissionReviewVersions=v1,matchPolicy=Exact
 // +kubebuilder:webhook:path=/validate-serving-aiinference-io-v1alpha1-aiinference,mutating=false,failurePolicy=fail,sideEffects=None,groups=serving.aiinference.io,resources=aiinferences,verbs=create;update,versions=v1alpha1,name=validate-v1alpha1.aiinferences.serving.aiinference.io,admissionReviewVersions=v1,matchPolicy=Exact
 
-// Register serves the defaulting, validating and conversion webhooks on server.
-func Register(server webhook.Server, scheme *runtime.Scheme) {
+// Register serves the defaulting, validating and conversion webhooks on
+// server, and the pod webhook of multi-node groups, which asks mapper whether
+// the cluster serves PodGroups.
+func Register(server webhook.Server, scheme *runtime.Scheme, mapper meta.RESTMapper) {
 	server.Register(DefaultPath, admission.WithDefaulter[*servingv1.AIInference](scheme, Defaulter{}))
 	server.Register(ValidateV1Path, admission.WithValidator[*servingv1.AIInference](scheme, ValidatorV1{}))
 	server.Register(ValidateV1Alpha1Path, admission.WithValidator[*servingv1alpha1.AIInference](scheme, ValidatorV1Alpha1{}))
 	// v1alpha1 converts through the v1 hub (api/v1alpha1/aiinference_conversion.go).
 	server.Register(ConvertPath, conversion.NewWebhookHandler(scheme, conversion.NewRegistry()))
+	server.Register(GroupPodPath, &webhook.Admission{Handler: GroupPods{
+		Decoder: admission.NewDecoder(scheme),
+		ServesPodGroups: func() bool {
+			_, err := mapper.RESTMapping(schedulingv1beta1.SchemeGroupVersion.WithKind("PodGroup").GroupKind(), schedulingv1beta1.SchemeGroupVersion.Version)
+			return err == nil
+		},
+	}})
 }
 
 // Defaulter sets the defaults that depend on other fields, which the CRD's static

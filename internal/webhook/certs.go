@@ -97,7 +97,7 @@ func Setup(mgr manager.Manager, opts Options) (healthz.Checker, error) {
 		opts.CertDir = DefaultCertDir
 	}
 	server := webhook.NewServer(webhook.Options{Host: opts.Host, Port: opts.Port, CertDir: opts.CertDir, TLSOpts: TLSOptions()})
-	Register(server, mgr.GetScheme())
+	Register(server, mgr.GetScheme(), mgr.GetRESTMapper())
 
 	certsReady := make(chan struct{})
 	switch opts.CertMode {

@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -122,6 +123,83 @@ func TestAReplicaOverTwoNodesIsPlacedRestartedAndScaledAsOneGroup(t *testing.T) 
 	})
 	update(g, obj, func(o *servingv1.AIInference) { o.Spec.Replicas = ptr.To[int32](4) })
 	waitFor(t, g, obj, groupTimeout, beReady(4))
+}
+
+// A group is placed all or nothing (the operator's PodGroups and pod webhook,
+// the scheduler's GangScheduling plugin): with three free nodes and groups of
+// two, the second group waits whole, its leader holding no node, so the third
+// node stays free for a model that fits it; a fourth node lets the group in,
+// whole; and the PodGroup of a group scaled away goes with it.
+func TestAGroupIsPlacedWholeOrNotAtAll(t *testing.T) {
+	shared.share(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns, nodes := newNamespaceWithNodes(t)
+	const product = "NVIDIA-GH200" // only this test's nodes
+	pool := func(name string, count int) localcluster.NodePool {
+		return localcluster.NodePool{Name: name, Count: count, GPUProduct: product, GPUCount: 8,
+			CPU: resource.MustParse("96"), Memory: resource.MustParse("1Ti")}
+	}
+	g.Expect(nodes.add(pool("gang", 3))).To(Succeed())
+
+	obj := inference(ns, "gang", 8, product)
+	obj.Spec.GPU.Nodes, obj.Spec.Replicas = 2, ptr.To[int32](2)
+	g.Expect(k8s.Create(ctx, obj)).To(Succeed())
+	waitFor(t, g, obj, groupTimeout, func(g Gomega, got *servingv1.AIInference) {
+		g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
+		g.Expect(got.Status.ReadyReplicas).To(Equal(int32(1)))
+		ready := meta.FindStatusCondition(got.Status.Conditions, servingv1.ConditionReady)
+		g.Expect(ready).NotTo(BeNil())
+		g.Expect(ready.Reason).To(Equal(servingv1.ReasonUnschedulable), ready.Message)
+		g.Expect(ready.Message).To(ContainSubstring(obj.GroupSetName()+"-1"), "names a pod of the group that waits")
+		t.Logf("the second group: %s: %s", ready.Reason, ready.Message)
+	})
+	for i := range 2 {
+		pg := &schedulingv1beta1.PodGroup{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("%s-%d", obj.GroupSetName(), i)}, pg)).To(Succeed())
+		g.Expect(pg.Spec.SchedulingPolicy.Gang).NotTo(BeNil())
+		g.Expect(pg.Spec.SchedulingPolicy.Gang.MinCount).To(Equal(int32(2)))
+	}
+	// The waiting group's pods name their PodGroup, and none of them holds a
+	// node, for as long as it waits.
+	waiting := func(g Gomega) []corev1.Pod {
+		pods := &corev1.PodList{}
+		g.Expect(k8s.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{
+			servingv1.LabelInference: obj.Name, lwsv1.GroupIndexLabelKey: "1"})).To(Succeed())
+		return pods.Items
+	}
+	g.Consistently(func(g Gomega) {
+		pods := waiting(g)
+		g.Expect(pods).To(HaveLen(2), "the second group's leader and worker exist")
+		for _, p := range pods {
+			g.Expect(p.Spec.NodeName).To(BeEmpty(), "pod %s of the group that cannot be placed whole holds a node", p.Name)
+			g.Expect(p.Spec.SchedulingGroup).NotTo(BeNil(), "pod %s", p.Name)
+			g.Expect(p.Spec.SchedulingGroup.PodGroupName).To(Equal(ptr.To(obj.GroupSetName()+"-1")), "pod %s", p.Name)
+		}
+	}).WithTimeout(5 * time.Second).WithPolling(250 * time.Millisecond).Should(Succeed())
+
+	// The third node's GPUs are free: a model of one 8-GPU node runs there.
+	small := inference(ns, "small", 8, product)
+	g.Expect(k8s.Create(ctx, small)).To(Succeed())
+	waitFor(t, g, small, readyTimeout, beReady(1))
+
+	// With room for it, the group is placed, whole.
+	g.Expect(nodes.add(pool("gang-more", 2))).To(Succeed())
+	waitFor(t, g, obj, groupTimeout, beReady(2))
+	g.Expect(k8s.Delete(ctx, small)).To(Succeed())
+
+	// Scaled to one group, the second group's PodGroup goes once its pods do.
+	update(g, obj, func(o *servingv1.AIInference) { o.Spec.Replicas = ptr.To[int32](1) })
+	waitFor(t, g, obj, groupTimeout, beReady(1))
+	g.Eventually(func(g Gomega) {
+		list := &schedulingv1beta1.PodGroupList{}
+		g.Expect(k8s.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		var names []string
+		for _, pg := range list.Items {
+			names = append(names, pg.Name)
+		}
+		g.Expect(names).To(ConsistOf(obj.GroupSetName() + "-0"))
+	}).WithTimeout(readyTimeout).WithPolling(250 * time.Millisecond).Should(Succeed())
 }
 
 // group is one replica's pods.

@@ -50,6 +50,7 @@ import (
 	"github.com/aiinference/operator/test/localcluster"
 	"github.com/aiinference/operator/test/operatorproc"
 	"github.com/aiinference/operator/test/testutil"
+	"github.com/aiinference/operator/test/testutil/freeport"
 )
 
 // defaultParallel is how many tests run at once when -parallel is not given
@@ -180,13 +181,30 @@ func run(m *testing.M) int {
 		return 1
 	}
 	activatorIP, _, _ := net.SplitHostPort(activatorAddr)
+	// Its pod webhook names each multi-node group's PodGroup in the group's
+	// pods, which the cluster's scheduler then places all or nothing.
+	webhookPort, err := freeport.Pick()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	webhookCerts := filepath.Join(workDir, "webhook-certs")
+	if err := os.Mkdir(webhookCerts, 0o700); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := cluster.RegisterGroupPodWebhook(ctx, repoRoot, webhookCerts, webhookPort); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	// It runs as the chart installs it: in operatorNamespace ($POD_NAMESPACE,
 	// which the models' NetworkPolicies let in), with the router's Service
 	// there (--router-service), which routed models lead to once a router
 	// runs (TestRealNodeRouterRoutesThroughTheService installs one).
 	op = shared.operator("suite", cluster.Kubeconfig(), "--autoscale-interval=2s",
 		"--activator-bind-address="+activatorAddr, "--activator-advertise-address="+activatorIP,
-		"--router-service="+routerService)
+		"--router-service="+routerService,
+		"--webhooks", "--webhook-cert-mode=cert-manager", "--webhook-cert-dir="+webhookCerts, "--webhook-port="+strconv.Itoa(webhookPort))
 	op.Env = []string{"POD_NAMESPACE=" + operatorNamespace}
 	if err := op.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, err)

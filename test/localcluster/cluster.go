@@ -41,6 +41,11 @@ const (
 	podCIDR = "10.244.0.0/16"
 	// contextName is the cluster, user and context name in the kubeconfig.
 	contextName = "localcluster"
+	// workloadFeatureGates turns on, in the API server, the controller manager
+	// and the scheduler, what places a multi-node replica's group all or
+	// nothing: PodGroups, the pod's schedulingGroup and the scheduler's
+	// GangScheduling plugin (beta in Kubernetes 1.37, off by default).
+	workloadFeatureGates = "--feature-gates=GenericWorkload=true"
 )
 
 // Options configure Start. The zero value starts the default cluster from the
@@ -297,6 +302,9 @@ func start(ctx context.Context, opts Options, binDir, stageDir string, pools []N
 		"--requestheader-username-headers=X-Remote-User",
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		workloadFeatureGates,
+		// PodGroups, a beta API: served only when asked for.
+		"--runtime-config=scheduling.k8s.io/v1beta1=true",
 	); err != nil {
 		return nil, err
 	}
@@ -339,6 +347,7 @@ func start(ctx context.Context, opts Options, binDir, stageDir string, pools []N
 		"--cluster-signing-cert-file="+sec.caCert,
 		"--cluster-signing-key-file="+sec.caKey,
 		"--profiling=false",
+		workloadFeatureGates,
 	)...); err != nil {
 		return nil, err
 	}
@@ -348,6 +357,7 @@ func start(ctx context.Context, opts Options, binDir, stageDir string, pools []N
 		"--cert-dir="+filepath.Join(c.dir, "kube-scheduler"),
 		"--leader-elect=false",
 		"--profiling=false",
+		workloadFeatureGates,
 	)...); err != nil {
 		return nil, err
 	}

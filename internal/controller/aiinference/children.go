@@ -7,12 +7,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	inferencev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
@@ -108,10 +110,10 @@ type child struct {
 	write func(*Reconciler, context.Context, *scope) error
 	// round is when the step runs.
 	round round
-	// deploymentNeeds is true when the Deployment names what the step writes
-	// (the loader configuration's hash, the cache claim): those steps run one
-	// after the other in the table's order, and a failure holds the Deployment
-	// back.
+	// deploymentNeeds is true when the Deployment's pods need what the step
+	// writes (the loader configuration's hash, the cache claim, the PodGroup
+	// a group's pods wait for): those steps run one after the other in the
+	// table's order, and a failure holds the Deployment back.
 	deploymentNeeds bool
 	// wanted says whether the step runs in this pass; nil: always.
 	wanted func(*Reconciler, *scope) bool
@@ -195,6 +197,18 @@ var (
 	leaderWorkerSets = &childKind{kind: "LeaderWorkerSet", object: func() client.Object { return &lwsv1.LeaderWorkerSet{} },
 		names:        func(o *servingv1.AIInference) []string { return []string{o.GroupSetName()} },
 		conflictRank: 9, watched: func(r *Reconciler) bool { return r.served(leaderWorkerSetKind) }}
+	podGroups = &childKind{kind: "PodGroup", object: func() client.Object { return &schedulingv1beta1.PodGroup{} },
+		names: func(o *servingv1.AIInference) []string {
+			if !o.SpansNodes() {
+				return nil
+			}
+			var names []string
+			for i := range o.DesiredReplicas() {
+				names = append(names, servingv1.GroupPodGroupName(o.GroupSetName(), strconv.Itoa(int(i))))
+			}
+			return names
+		},
+		conflictRank: 10, watched: func(r *Reconciler) bool { return r.served(podGroupKind) }}
 	endpointSlices = &childKind{kind: "EndpointSlice", object: func() client.Object { return &discoveryv1.EndpointSlice{} },
 		names: func(o *servingv1.AIInference) []string {
 			return []string{o.ActivatorSliceName(), servingv1.RouterSliceName(o.Name)}
@@ -210,6 +224,8 @@ func init() {
 	children = []child{
 		{step: "reconcileConfigMap", write: (*Reconciler).reconcileConfigMap, deploymentNeeds: true, kinds: []*childKind{configMaps}},
 		{step: "reconcileCachePVC", write: (*Reconciler).reconcileCachePVC, deploymentNeeds: true, kinds: []*childKind{claims}},
+		{step: "reconcilePodGroups", write: (*Reconciler).reconcilePodGroups, deploymentNeeds: true, kinds: []*childKind{podGroups},
+			wanted: func(r *Reconciler, _ *scope) bool { return r.served(podGroupKind) }},
 		{step: "reconcileService", write: (*Reconciler).reconcileService, kinds: []*childKind{services}},
 		{step: "reconcileNetworkPolicies", write: (*Reconciler).reconcileNetworkPolicies, kinds: []*childKind{networkPolicies}},
 		{step: "reconcileActivatorSlice", write: (*Reconciler).reconcileActivatorSlice, kinds: []*childKind{endpointSlices},

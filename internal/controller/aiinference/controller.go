@@ -307,7 +307,7 @@ func (r *Reconciler) writeChildren(ctx context.Context, s *scope) error {
 		case s.obs.referenceProblem != nil:
 			skipped(ctx, c.step, "a referenced object is missing: "+s.obs.referenceProblem.reason)
 		case !dependenciesOK:
-			skipped(ctx, c.step, "a step it depends on failed (the loader ConfigMap or the cache claim)")
+			skipped(ctx, c.step, "a step it depends on failed (the loader ConfigMap, the cache claim or the groups' PodGroups)")
 		case s.obs.nameConflict != nil:
 			skipped(ctx, c.step, "a child's name is taken: "+s.obs.nameConflict.message)
 		default:
