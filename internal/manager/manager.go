@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 	inferencev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
@@ -181,10 +182,13 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	}
 	scheme := Scheme()
 	registerClientMetrics()
+	cfg = rest.CopyConfig(cfg)
 	if opts.KubeAPIQPS > 0 || opts.KubeAPIBurst > 0 {
-		cfg = rest.CopyConfig(cfg)
 		cfg.QPS, cfg.Burst = opts.KubeAPIQPS, opts.KubeAPIBurst
 	}
+	// Each warning of the API server once per process (a deprecated API's,
+	// PodGroups' v1beta1, comes with every request), not once per request.
+	cfg.WarningHandlerWithContext = crlog.NewKubeAPIWarningLogger(crlog.KubeAPIWarningLoggerOptions{Deduplicate: true})
 	// Only children the operator made are cached, not every pod or ConfigMap of the cluster.
 	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{servingv1.LabelManagedBy: servingv1.ManagedByValue})}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{

@@ -314,6 +314,9 @@ func start(ctx context.Context, opts Options, binDir, stageDir string, pools []N
 		TLSClientConfig: rest.TLSClientConfig{CAData: sec.caCertPEMBytes},
 		QPS:             100,
 		Burst:           200,
+		// Each warning once (PodGroups' v1beta1 warns of its deprecation on
+		// every request).
+		WarningHandler: rest.NewWarningWriter(os.Stderr, rest.WarningWriterOptions{Deduplicate: true}),
 	}
 	if c.client, err = kubernetes.NewForConfig(c.restConfig); err != nil {
 		return nil, err
