@@ -200,6 +200,21 @@ func TestAGroupIsPlacedWholeOrNotAtAll(t *testing.T) {
 		}
 		g.Expect(names).To(ConsistOf(obj.GroupSetName() + "-0"))
 	}).WithTimeout(readyTimeout).WithPolling(250 * time.Millisecond).Should(Succeed())
+
+	// A rollout replaces the group, placed whole. (LeaderWorkerSet v0.7
+	// replaced this one group in place, with no extra group beside it: the
+	// rollout also completed with the PodGroups of groups past the desired
+	// count left out, which TestEveryGroupWithPodsHasAPodGroup covers.)
+	update(g, obj, func(o *servingv1.AIInference) {
+		o.Spec.Engine.Env = append(o.Spec.Engine.Env, corev1.EnvVar{Name: "ROLLOUT", Value: "2"})
+	})
+	waitFor(t, g, obj, groupTimeout, beReady(1))
+	leader := expectGroups(g, obj, 1)[0].leader
+	for _, c := range leader.Spec.Containers {
+		if c.Name == servingv1.EngineContainerName {
+			g.Expect(c.Env).To(ContainElement(corev1.EnvVar{Name: "ROLLOUT", Value: "2"}), "the group that serves runs the new spec")
+		}
+	}
 }
 
 // group is one replica's pods.
