@@ -184,8 +184,10 @@ func TestAGroupIsPlacedWholeOrNotAtAll(t *testing.T) {
 	waitFor(t, g, small, readyTimeout, beReady(1))
 
 	// With room for it, the group is placed, whole.
+	added := time.Now()
 	g.Expect(nodes.add(pool("gang-more", 2))).To(Succeed())
 	waitFor(t, g, obj, groupTimeout, beReady(2))
+	t.Logf("two nodes added -> the waiting group placed whole and the model Ready with 2 groups in %.1f s", time.Since(added).Seconds())
 	g.Expect(k8s.Delete(ctx, small)).To(Succeed())
 
 	// Scaled to one group, the second group's PodGroup goes once its pods do.
