@@ -154,12 +154,26 @@ func TestAGroupIsPlacedWholeOrNotAtAll(t *testing.T) {
 		g.Expect(ready.Message).To(ContainSubstring(obj.GroupSetName()+"-1"), "names a pod of the group that waits")
 		t.Logf("the second group: %s: %s", ready.Reason, ready.Message)
 	})
-	for i := range 2 {
+	podGroup := func(g Gomega, i int) *schedulingv1beta1.PodGroup {
 		pg := &schedulingv1beta1.PodGroup{}
 		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("%s-%d", obj.GroupSetName(), i)}, pg)).To(Succeed())
 		g.Expect(pg.Spec.SchedulingPolicy.Gang).NotTo(BeNil())
-		g.Expect(pg.Spec.SchedulingPolicy.Gang.MinCount).To(Equal(int32(2)))
+		return pg
 	}
+	for i := range 2 {
+		g.Expect(podGroup(g, i).Spec.SchedulingPolicy.Gang.MinCount).To(Equal(int32(2)))
+	}
+	// A gang lowered by hand, which would let a recreated group's leader take
+	// a node alone, is put back (on the placed group's PodGroup: on the
+	// waiting one's the scheduler may act on it first). A PodGroup deleted by
+	// hand stays while its group's pods exist (the API server's
+	// PodGroupProtection finalizer).
+	lowered := podGroup(g, 0)
+	lowered.Spec.SchedulingPolicy.Gang.MinCount = 1
+	g.Expect(k8s.Update(ctx, lowered)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(podGroup(g, 0).Spec.SchedulingPolicy.Gang.MinCount).To(Equal(int32(2)))
+	}).WithTimeout(readyTimeout).WithPolling(250 * time.Millisecond).Should(Succeed())
 	// The waiting group's pods name their PodGroup, and none of them holds a
 	// node, for as long as it waits.
 	waiting := func(g Gomega) []corev1.Pod {
