@@ -36,8 +36,9 @@ type Config struct {
 	Options                         Options
 }
 
-// parseFlags reads the command line (see the package doc).
-func parseFlags(args []string, out io.Writer) (Config, *zap.Options, error) {
+// ParseFlags reads the command line (see the package doc): the binary's, and a
+// test harness's that runs the router with the same defaults.
+func ParseFlags(args []string, out io.Writer) (Config, *zap.Options, error) {
 	var c Config
 	fs := flag.NewFlagSet("router", flag.ContinueOnError)
 	fs.SetOutput(out)
@@ -75,7 +76,7 @@ func parseFlags(args []string, out io.Writer) (Config, *zap.Options, error) {
 
 // Main runs the router until SIGTERM; the exit code.
 func Main(args []string, stderr io.Writer) int {
-	c, zapOpts, err := parseFlags(args, stderr)
+	c, zapOpts, err := ParseFlags(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
