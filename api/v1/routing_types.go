@@ -20,6 +20,87 @@ type RoutingSpec struct {
 	// traffic by itself. docs/routing.md gives the figures against round robin.
 	// +optional
 	Enabled bool `json:"enabled,omitempty"`
+
+	// Priority of the model's requests when its replicas are saturated (each
+	// has a queue in its engine or a nearly full KV cache): Critical requests
+	// are released first from the router's queues, Standard next, and
+	// Sheddable ones are not queued but answered 429 with Retry-After at
+	// once. A request may ask for another priority only through one of the
+	// Objectives below. Default Standard.
+	// +optional
+	Priority RequestPriority `json:"priority,omitempty"`
+
+	// Objectives a client may name in the request header
+	// x-gateway-inference-objective (the Gateway API Inference Extension's),
+	// each with its priority: for example "batch" as Sheddable and
+	// "interactive" as Critical. A request that names no objective has
+	// Priority; one that names an objective not listed here is refused (400).
+	// No header can give a priority the spec does not list.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Objectives []RoutingObjective `json:"objectives,omitempty"`
+
+	// TenantHeader names the request header whose value is the client's
+	// tenant: while the replicas are saturated, each tenant's requests wait
+	// in a queue of their own and the queues are served in turn, so a tenant
+	// that floods the model delays its own requests, not the others'.
+	// Default: none, and a client's tenant is its pod's namespace (every
+	// client outside the cluster, behind one gateway, is then one tenant).
+	// Set it only where the clients cannot set it falsely (a gateway that
+	// writes it), since a client that varies it takes several shares.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][-A-Za-z0-9]*$`
+	TenantHeader string `json:"tenantHeader,omitempty"`
+}
+
+// RequestPriority orders a model's requests under overload.
+// +kubebuilder:validation:Enum=Critical;Standard;Sheddable
+type RequestPriority string
+
+// Request priorities, highest first.
+const (
+	PriorityCritical  RequestPriority = "Critical"
+	PriorityStandard  RequestPriority = "Standard"
+	PrioritySheddable RequestPriority = "Sheddable"
+)
+
+// RoutingObjective is a priority a client may ask for by name.
+type RoutingObjective struct {
+	// Name is the value of the header x-gateway-inference-objective that
+	// selects this objective.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// Priority of the requests that name it.
+	Priority RequestPriority `json:"priority"`
+}
+
+// ObjectiveHeader is the request header that names a RoutingObjective, as
+// the Gateway API Inference Extension names an InferenceObjective.
+const ObjectiveHeader = "X-Gateway-Inference-Objective"
+
+// RequestPriority is the priority of a request that names objective (""
+// for none); ok is false when the spec lists no such objective.
+func (in *AIInference) RequestPriority(objective string) (p RequestPriority, ok bool) {
+	r := in.Spec.Routing
+	if objective == "" {
+		if r == nil || r.Priority == "" {
+			return PriorityStandard, true
+		}
+		return r.Priority, true
+	}
+	if r != nil {
+		for _, o := range r.Objectives {
+			if o.Name == objective {
+				return o.Priority, true
+			}
+		}
+	}
+	return "", false
 }
 
 // RoutingEnabled is true when the model's requests go through the router.
