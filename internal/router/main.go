@@ -6,12 +6,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -85,6 +88,7 @@ func Main(args []string, stderr io.Writer) int {
 		return 2
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(zapOpts), zap.WriteTo(stderr)))
+	SetMemoryLimit(ctrl.Log.WithName("router"))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := run(ctx, c); err != nil {
@@ -92,6 +96,26 @@ func Main(args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// memoryLimitRatio is the share of the container's memory limit the Go
+// runtime keeps the heap under (GOMEMLIMIT): the rest is for what the runtime
+// does not count (stacks, the kernel's socket buffers) and a margin.
+const memoryLimitRatio = 0.8
+
+// SetMemoryLimit sets the Go runtime's soft memory limit from the container's
+// cgroup memory limit (automemlimit), unless GOMEMLIMIT is set: without it the
+// garbage collector lets the heap double past what is live before it runs,
+// and a router near its bounds would be killed for memory it no longer uses.
+func SetMemoryLimit(log logr.Logger) {
+	limit, err := memlimit.Set(memlimit.WithRatio(memoryLimitRatio), memlimit.WithProvider(memlimit.FromCgroup))
+	if err != nil {
+		log.Info("No memory limit read from the cgroup; the Go runtime runs without one", "error", err.Error())
+		return
+	}
+	if limit != math.MaxInt64 {
+		log.Info("Go memory limit", "bytes", limit)
+	}
 }
 
 func run(ctx context.Context, c Config) error {
