@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/prometheus/common/expfmt"
@@ -62,7 +63,7 @@ func (e *env) readRouting(obj *servingv1.AIInference) *RoutingReport {
 		return r
 	}
 	var texts [][]byte
-	var failures []string
+	var failures []error
 	for _, p := range pods.Items {
 		if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
 			continue
@@ -71,14 +72,14 @@ func (e *env) readRouting(obj *servingv1.AIInference) *RoutingReport {
 		data, err := e.cs.CoreV1().Pods(p.Namespace).ProxyGet("http", p.Name, "9090", "/metrics", nil).DoRaw(ctx)
 		cancel()
 		if err != nil {
-			failures = append(failures, fmt.Sprintf("%s: %v", p.Name, err))
+			failures = append(failures, fmt.Errorf("%s: %w", p.Name, err))
 			continue
 		}
 		r.RouterPods = append(r.RouterPods, p.Namespace+"/"+p.Name)
 		texts = append(texts, data)
 	}
 	if len(failures) > 0 {
-		r.Unreadable = "could not read the metrics of router pod(s) " + strings.Join(failures, "; ") + " (needs get on pods/proxy in the router's namespace)"
+		r.Unreadable = unreadableRouters(failures)
 	}
 	if len(pods.Items) == 0 {
 		r.Unreadable = "no router pod found (install config/router or the chart's router.enabled)"
@@ -87,6 +88,35 @@ func (e *env) readRouting(obj *servingv1.AIInference) *RoutingReport {
 		r.Unreadable = err.Error()
 	}
 	return r
+}
+
+// unreadableRouters says which router pods' metrics the API server's pod
+// proxy did not bring, and what to do: a refusal (401, 403) needs the user's
+// permission; anything else is the API server not reaching the pod's port
+// 9090, which the router's NetworkPolicy (config/router, the chart's
+// router.networkPolicy) admits from the pod's own node and from the ipBlocks
+// it lists only.
+func unreadableRouters(failures []error) string {
+	var names []string
+	denied, unreached := false, false
+	for _, err := range failures {
+		names = append(names, err.Error())
+		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+			denied = true
+		} else {
+			unreached = true
+		}
+	}
+	var todo []string
+	if denied {
+		todo = append(todo, "needs get on pods/proxy in the router's namespace")
+	}
+	if unreached {
+		todo = append(todo, "the API server did not reach the pod's port 9090; where the router's NetworkPolicy is enforced, it "+
+			"admits the API server only from the router pod's own node and from router.networkPolicy.metrics.ipBlocks "+
+			"(config/router: an ipBlock in networkpolicy.yaml): list the API server's addresses there, docs/routing.md#who-reaches-the-router")
+	}
+	return "could not read the metrics of router pod(s) " + strings.Join(names, "; ") + " (" + strings.Join(todo, "; ") + ")"
 }
 
 // routingFromMetrics sums the router pods' metrics of one model into r.

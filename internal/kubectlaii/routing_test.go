@@ -2,10 +2,15 @@ package kubectlaii
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // Two router pods' metrics sum per replica; another model's series and
@@ -53,4 +58,37 @@ aiinference_router_prefix_hit_blocks_total{namespace="ml",name="chat"} 90
 	g.Expect(strings.Count(text, "\n")).To(BeNumerically(">=", 6))
 
 	g.Expect(routingFromMetrics(&RoutingReport{}, "ml", "chat", [][]byte{[]byte("not { metrics")})).To(MatchError(ContainSubstring("do not parse")))
+}
+
+// A router pod whose metrics the pod proxy did not bring: a refusal asks for
+// the permission; an API server that did not reach the pod (refused by the
+// router's NetworkPolicy, or timed out where the policy drops) names the
+// policy's ipBlocks.
+func TestUnreadableRoutersSayWhatToDo(t *testing.T) {
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "pods/proxy"}, "router-a", errors.New("no RBAC policy matched"))
+	refused := apierrors.NewServiceUnavailable("error trying to reach service: dial tcp 10.245.1.5:9090: connect: connection refused")
+	timedOut := fmt.Errorf("router-b: %w", context.DeadlineExceeded)
+	for _, tc := range []struct {
+		name     string
+		failures []error
+		want     []string
+		not      []string
+	}{
+		{"forbidden", []error{fmt.Errorf("router-a: %w", forbidden)}, []string{"router-a: ", "needs get on pods/proxy"}, []string{"NetworkPolicy"}},
+		{"refused", []error{fmt.Errorf("router-a: %w", refused)}, []string{"connection refused", "router.networkPolicy.metrics.ipBlocks", "docs/routing.md#who-reaches-the-router"}, []string{"pods/proxy"}},
+		{"timed out", []error{timedOut}, []string{"router-b: context deadline exceeded", "NetworkPolicy"}, nil},
+		{"both", []error{fmt.Errorf("router-a: %w", forbidden), timedOut}, []string{"router-a: ", "; router-b: ", "needs get on pods/proxy", "ipBlocks"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			msg := unreadableRouters(tc.failures)
+			g.Expect(msg).To(HavePrefix("could not read the metrics of router pod(s) "))
+			for _, w := range tc.want {
+				g.Expect(msg).To(ContainSubstring(w))
+			}
+			for _, n := range tc.not {
+				g.Expect(msg).NotTo(ContainSubstring(n))
+			}
+		})
+	}
 }
