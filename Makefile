@@ -222,6 +222,11 @@ bench-routing: tools ## Routing: a chat workload (testdata) at a sweep of rates;
 	ROUTING_BENCH=1 LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeRoutingBench' -count=1 -timeout 60m -v \
 		| grep -E 'routing (bench|figure)|^(routing|service|gateway|router|bound) |^(--- |ok|FAIL)'
 
+.PHONY: bench-router-faults
+bench-router-faults: tools ## The router as its own process in a 512Mi memory cgroup (root, cgroup v1; else GOMEMLIMIT only) under attacks and faults: peak RSS against the limit (refused and held 8 MiB bodies, huge /metrics and response headers), another tenant's success beside a body trickle, failed and lost requests with a fast-failing or silent replica of four beside all healthy, a tenant's TTFT p90 beside a flood against alone, sheddable against critical 429s (simulators)
+	go test ./test/routerfaults/ -count=1 -timeout 15m -v \
+		| grep -E '^routerfaults|^(--- |ok|FAIL)|^    --- |^    [a-z_]+_test\.go:[0-9]+: '
+
 .PHONY: bench-sources
 bench-sources: ## The loader's throughput from a real OCI registry beside a real S3 server, through the same remote-store-shaped link (BENCH_SOURCES_ARGS="-shards 8 -shard-mib 512")
 	hack/tools/build.sh s3 registry >/dev/null
