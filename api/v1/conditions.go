@@ -147,4 +147,10 @@ const (
 	// ReasonAdaptersUnreachable: the operator cannot reach a replica's
 	// adapter agent to learn or change its adapters; retried.
 	ReasonAdaptersUnreachable = "AdaptersUnreachable"
+	// ReasonReplicaEjected (an event of the router) says a replica failed
+	// its answers in a row and gets no request for a while.
+	ReasonReplicaEjected = "ReplicaEjected"
+	// ReasonReplicaRestored (an event of the router) says an ejected
+	// replica answered its trial request and is picked again.
+	ReasonReplicaRestored = "ReplicaRestored"
 )

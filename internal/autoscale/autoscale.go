@@ -6,6 +6,8 @@
 package autoscale
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -69,12 +71,6 @@ func Scrape(ctx context.Context, url string, wanted []servingv1.AutoscalingSigna
 		return nil, err
 	}
 	return SignalsOf(families, url, wanted, metrics)
-}
-
-// ScrapeFamilies reads one pod's /metrics as Scrape does (no redirect, at
-// most 4 MiB), for a caller that reads more than the signals from it.
-func ScrapeFamilies(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
-	return fetch(ctx, url)
 }
 
 // SignalsOf are the wanted signals of a /metrics read from url, as Scrape
@@ -158,6 +154,16 @@ func ScrapeRouter(ctx context.Context, url, namespace, name string) (RouterReadi
 
 // fetch reads and parses one /metrics.
 func fetch(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
+	body, err := get(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = body.Close() }()
+	return parse(url, io.LimitReader(body, maxMetricsBytes))
+}
+
+// get asks a pod for its /metrics.
+func get(ctx context.Context, url string) (io.ReadCloser, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
@@ -169,16 +175,83 @@ func fetch(ctx context.Context, url string) (map[string]*dto.MetricFamily, error
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
+		_ = resp.Body.Close()
 		return nil, fmt.Errorf("GET %s answered HTTP %d", url, resp.StatusCode)
 	}
+	return resp.Body, nil
+}
+
+func parse(url string, text io.Reader) (map[string]*dto.MetricFamily, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(io.LimitReader(resp.Body, maxMetricsBytes))
+	families, err := parser.TextToMetricFamilies(text)
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: the answer is not Prometheus text", url)
 	}
 	return families, nil
+}
+
+// Bounds of ScrapeFamiliesOf: a line longer than maxLineBytes is skipped, and
+// the kept lines of the named families are at most maxKeptBytes.
+const (
+	maxLineBytes = 16 << 10
+	maxKeptBytes = 256 << 10
+)
+
+// ScrapeFamiliesOf reads from one pod's /metrics the named families alone:
+// it reads at most maxBytes of the answer, a line at a time, and parses only
+// the lines of those families, so that a /metrics of any size (a user's
+// engine may export anything) costs the reader no more than the series it
+// wants.
+func ScrapeFamiliesOf(ctx context.Context, url string, maxBytes int64, names []string) (map[string]*dto.MetricFamily, error) {
+	body, err := get(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = body.Close() }()
+	in := bufio.NewReaderSize(io.LimitReader(body, maxBytes), 4<<10)
+	var kept bytes.Buffer
+	var line []byte
+	for {
+		chunk, isPrefix, err := in.ReadLine()
+		if len(line)+len(chunk) <= maxLineBytes {
+			line = append(line, chunk...)
+		} else {
+			line = append(line[:0], 0) // too long: kept by no name
+		}
+		if err == nil && isPrefix {
+			continue
+		}
+		if familyOf(line, names) {
+			if kept.Len()+len(line) > maxKeptBytes {
+				return nil, fmt.Errorf("GET %s: the series of %s are over %d bytes", url, strings.Join(names, ", "), maxKeptBytes)
+			}
+			kept.Write(line)
+			kept.WriteByte('\n')
+		}
+		line = line[:0]
+		if err != nil {
+			break
+		}
+	}
+	return parse(url, &kept)
+}
+
+// familyOf tells whether a line of Prometheus text (a sample, or its family's
+// HELP or TYPE comment) belongs to one of the named families.
+func familyOf(line []byte, names []string) bool {
+	rest := line
+	if c, ok := bytes.CutPrefix(line, []byte("# HELP ")); ok {
+		rest = c
+	} else if c, ok := bytes.CutPrefix(line, []byte("# TYPE ")); ok {
+		rest = c
+	}
+	for _, n := range names {
+		if r, ok := bytes.CutPrefix(rest, []byte(n)); ok && len(r) > 0 && (r[0] == ' ' || r[0] == '{' || r[0] == '\t') {
+			return true
+		}
+	}
+	return false
 }
 
 // sum adds the family's series whose labels hold every pair of want (nil:

@@ -5,73 +5,96 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
-// bodyBudget bounds the request bodies held in memory at once, across all
-// models, in count and bytes. A request reserves its share before its body is
-// read (its Content-Length, or the largest body when it sends none) and gives
-// it back when it ends: a flood of large or slow bodies is refused, not read.
-type bodyBudget struct {
-	maxBytes, maxCount int64
+// bodyChunk is the first allocation of a body, and the least it grows by.
+const bodyChunk = 64 << 10
 
-	mu           sync.Mutex
-	bytes, count int64
+// heldBody is a request body the router keeps until a replica began its
+// answer (until then the request may go to another replica), counted against
+// the router's bounds of bodies and their bytes for its model and namespace.
+type heldBody struct {
+	data  []byte
+	bytes holding
+	count holding
 }
 
-func (b *bodyBudget) reserve(n int64) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.count+1 > b.maxCount || b.bytes+n > b.maxBytes {
-		return false
+// release forgets the body and gives its share of the bounds back.
+func (b *heldBody) release() {
+	b.data = nil
+	b.bytes.release()
+	b.count.release()
+}
+
+// toModel counts the body against the model its request names, once read.
+func (b *heldBody) toModel(model string) string {
+	if refusal := b.count.toModel(model); refusal != "" {
+		return refusal
 	}
-	b.count++
-	b.bytes += n
-	return true
+	return b.bytes.toModel(model)
 }
 
-func (b *bodyBudget) release(n int64) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.count--
-	b.bytes -= n
-}
-
-// readBody reads the request's body within the budget and the read timeout.
-// release gives the reservation back; a non-zero status is the answer when
-// the body cannot be taken.
-func (rt *Router) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), status int, message string) {
-	nothing := func() {}
+// readBody reads the request's body within the bounds of key (a model, or a
+// namespace whose address the request came to) and the read timeout. The
+// bytes are counted as they arrive, in what is allocated for them, not as
+// the request declares them: a client that declares 8 MiB and trickles a few
+// bytes holds a few KiB. A non-zero status is the answer when the body cannot
+// be taken.
+func (rt *Router) readBody(w http.ResponseWriter, r *http.Request, key types.NamespacedName) (body *heldBody, status int, message string) {
+	body = &heldBody{bytes: holding{q: rt.bodyBytes, key: key}, count: holding{q: rt.bodies, key: key}}
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
-		return nil, nothing, 0, ""
+		return body, 0, ""
 	}
 	limit := rt.opts.MaxBodyBytes
 	if r.ContentLength > limit {
-		return nil, nothing, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is %d bytes, over the router's %d", r.ContentLength, limit)
+		return body, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is %d bytes, over the router's %d", r.ContentLength, limit)
 	}
-	reserved := limit
-	if r.ContentLength > 0 {
-		reserved = r.ContentLength
+	if refusal := body.count.grow(1); refusal != "" {
+		return body, http.StatusTooManyRequests, refusal + "; try again"
 	}
-	if !rt.bodies.reserve(reserved) {
-		return nil, nothing, http.StatusTooManyRequests, "the router holds as many request bodies as it may; try again"
+	// What is not read is not worth waiting for: after a refusal the
+	// connection closes rather than reading on (the deadline stays passed).
+	fail := func(status int, message string) (*heldBody, int, string) {
+		w.Header().Set("Connection", "close")
+		body.release()
+		return body, status, message
 	}
-	release = func() { rt.bodies.release(reserved) }
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(rt.opts.BodyReadTimeout))
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, reserved))
-	if err != nil {
-		// The rest of the body is not worth waiting for: close the connection
-		// after the answer rather than read on (the deadline stays passed).
-		w.Header().Set("Connection", "close")
-		release()
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return nil, nothing, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over the router's %d bytes", reserved)
+	var data []byte
+	for {
+		if len(data) == cap(data) {
+			if r.ContentLength > 0 && int64(len(data)) == r.ContentLength {
+				break // all of it: the server's reader allows no more
+			}
+			// One byte past the limit tells a body that is over it.
+			grown := min(max(2*int64(cap(data)), bodyChunk), limit+1)
+			if r.ContentLength > 0 {
+				grown = min(grown, r.ContentLength)
+			}
+			if refusal := body.bytes.grow(grown - int64(cap(data))); refusal != "" {
+				return fail(http.StatusTooManyRequests, refusal+"; try again")
+			}
+			next := make([]byte, len(data), grown)
+			copy(next, data)
+			data = next
 		}
-		return nil, nothing, http.StatusRequestTimeout, fmt.Sprintf("reading the request body within %s: %v", rt.opts.BodyReadTimeout, err)
+		n, err := r.Body.Read(data[len(data):cap(data)])
+		data = data[:len(data)+n]
+		if int64(len(data)) > limit {
+			return fail(http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over the router's %d bytes", limit))
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fail(http.StatusRequestTimeout, fmt.Sprintf("reading the request body within %s: %v", rt.opts.BodyReadTimeout, err))
+		}
 	}
 	_ = rc.SetReadDeadline(time.Time{})
-	return body, release, 0, ""
+	body.data = data
+	return body, 0, ""
 }

@@ -96,6 +96,11 @@ func (k KubeDirectory) Target(ctx context.Context, hostport string, clientAddr n
 	return Target{}, false
 }
 
+// ClientNamespace implements Directory.
+func (k KubeDirectory) ClientNamespace(ctx context.Context, addr netip.Addr) string {
+	return k.namespaceOf(ctx, addr)
+}
+
 // namespaceOf is the namespace of the pod at addr; "" when no pod has it.
 func (k KubeDirectory) namespaceOf(ctx context.Context, addr netip.Addr) string {
 	if !addr.IsValid() {

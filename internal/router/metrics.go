@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 
+	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/autoscale"
 )
 
@@ -21,12 +22,17 @@ const (
 	inFlightMetric        = "aiinference_router_in_flight_requests"
 	upstreamErrorsMetric  = "aiinference_router_upstream_errors_total"
 	readyEndpointsMetric  = "aiinference_router_ready_endpoints"
+	refusedMetric         = "aiinference_router_refused_requests_total"
+	shedMetric            = "aiinference_router_shed_requests_total"
+	ejectedMetric         = "aiinference_router_ejected_endpoints"
+	ejectionsMetric       = "aiinference_router_ejections_total"
 )
 
 // MetricNames are the names of the router's metrics, for docs and dashboards.
 func MetricNames() []string {
 	return []string{requestsMetric, picksMetric, prefixBlocksMetric, prefixHitBlocksMetric, ttftMetric,
-		queueMetric, waitingMetric, inFlightMetric, upstreamErrorsMetric, readyEndpointsMetric}
+		queueMetric, waitingMetric, inFlightMetric, upstreamErrorsMetric, readyEndpointsMetric,
+		refusedMetric, shedMetric, ejectedMetric, ejectionsMetric}
 }
 
 // Upstream error kinds.
@@ -34,6 +40,25 @@ const (
 	errorRefused = "refused" // the connection was refused or could not be made; retried elsewhere
 	errorBroken  = "broken"  // the connection broke before any byte of an answer; retried elsewhere, once
 	errorFailed  = "failed"  // the request failed after it was sent
+	// server_error: a 5xx answer, held back and tried again on another
+	// replica (passed on, when no retry is left, it counts in requests only).
+	errorServerError = "server_error"
+	// silent: a streamed answer's headers did not come within
+	// --stream-header-timeout; tried again on another replica when it may be.
+	errorSilent = "silent"
+)
+
+// Why a request was refused for a bound of the router (refused_requests_total).
+const (
+	reasonRequests = "requests" // the requests in the router, in all, of the namespace or of the model
+	reasonBodies   = "bodies"   // the request bodies or their bytes
+)
+
+// Why a request was shed (shed_requests_total).
+const (
+	shedSaturated = "saturated"  // Sheddable, while every replica is saturated
+	shedQueueFull = "queue_full" // the model's queue was full of requests as urgent, from tenants with shorter queues
+	shedForRoom   = "for_room"   // queued, then shed for a more urgent request or one of a shorter tenant queue
 )
 
 // Metrics are the router's series, per model and replica. A model or replica
@@ -50,6 +75,10 @@ type Metrics struct {
 	inFlight        *prometheus.GaugeVec
 	upstreamErrors  *prometheus.CounterVec
 	readyEndpoints  *prometheus.GaugeVec
+	refusedRequests *prometheus.CounterVec
+	shedRequests    *prometheus.CounterVec
+	ejectedNow      *prometheus.GaugeVec
+	ejections       *prometheus.CounterVec
 }
 
 // NewMetrics registers the router's metrics with reg (none when reg is nil).
@@ -77,13 +106,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: inFlightMetric,
 			Help: "Requests this router has sent to a replica and not seen end."}, endpoint),
 		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: upstreamErrorsMetric,
-			Help: "Requests a replica did not answer: refused (tried again on another), broken before an answer (tried again on another, once) or failed."}, append(endpoint, "kind")),
+			Help: "Requests a replica did not answer: refused (tried again on another), broken before an answer, server_error (a 5xx held back), silent (no streamed headers in time; these three tried again on another within the retry budget) or failed."}, append(endpoint, "kind")),
 		readyEndpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: readyEndpointsMetric,
 			Help: "Serving replicas of the model the router can pick, at its last request."}, model),
+		refusedRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: refusedMetric,
+			Help: "Requests answered 429 at once because the router, the namespace or the model held its share of requests (reason requests) or of request bodies (bodies). name is empty for a namespace's address before the body named the model."},
+			append(model, "reason")),
+		shedRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: shedMetric,
+			Help: "Requests answered 429 while every replica of the model was saturated: Sheddable ones at once (saturated), those finding the queue full (queue_full), and queued ones shed to make room (for_room)."},
+			append(model, "priority", "reason")),
+		ejectedNow: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: ejectedMetric,
+			Help: "1 while the replica is out of the picking for failing (passive outlier detection), until its trial request succeeds."}, endpoint),
+		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: ejectionsMetric,
+			Help: "Times the replica was taken out of the picking for failing its answers in a row."}, endpoint),
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.picks, m.prefixBlocks, m.prefixHitBlocks, m.ttft, m.queue, m.waiting,
-			m.inFlight, m.upstreamErrors, m.readyEndpoints)
+			m.inFlight, m.upstreamErrors, m.readyEndpoints, m.refusedRequests, m.shedRequests, m.ejectedNow, m.ejections)
 	}
 	return m
 }
@@ -98,6 +137,23 @@ func (m *Metrics) answered(key types.NamespacedName, endpoint string, code int) 
 	m.requests.WithLabelValues(key.Namespace, key.Name, endpoint, strconv.Itoa(code)).Inc()
 }
 
+func (m *Metrics) refused(key types.NamespacedName, reason string) {
+	m.refusedRequests.WithLabelValues(key.Namespace, key.Name, reason).Inc()
+}
+
+func (m *Metrics) shed(key types.NamespacedName, priority servingv1.RequestPriority, reason string) {
+	m.shedRequests.WithLabelValues(key.Namespace, key.Name, string(priority), reason).Inc()
+}
+
+func (m *Metrics) ejected(key types.NamespacedName, endpoint string, out bool) {
+	if out {
+		m.ejections.WithLabelValues(key.Namespace, key.Name, endpoint).Inc()
+		m.ejectedNow.WithLabelValues(key.Namespace, key.Name, endpoint).Set(1)
+		return
+	}
+	m.ejectedNow.WithLabelValues(key.Namespace, key.Name, endpoint).Set(0)
+}
+
 // forgetEndpoint drops a replica's series once it no longer serves.
 func (m *Metrics) forgetEndpoint(key types.NamespacedName, endpoint string) {
 	labels := prometheus.Labels{"namespace": key.Namespace, "name": key.Name, "endpoint": endpoint}
@@ -106,4 +162,6 @@ func (m *Metrics) forgetEndpoint(key types.NamespacedName, endpoint string) {
 	m.ttft.DeletePartialMatch(labels)
 	m.inFlight.DeletePartialMatch(labels)
 	m.upstreamErrors.DeletePartialMatch(labels)
+	m.ejectedNow.DeletePartialMatch(labels)
+	m.ejections.DeletePartialMatch(labels)
 }

@@ -93,6 +93,10 @@ type PickerOptions struct {
 	IndexBlocks int
 	// StaleAfter is how long an engine's reading counts. Default 5s.
 	StaleAfter time.Duration
+	// Outliers tune when a failing replica is taken out of the picking.
+	Outliers OutlierOptions
+	// Saturation says when a replica is saturated.
+	Saturation SaturationOptions
 }
 
 func (o PickerOptions) withDefaults() PickerOptions {
@@ -111,6 +115,8 @@ func (o PickerOptions) withDefaults() PickerOptions {
 	if o.StaleAfter <= 0 {
 		o.StaleAfter = 5 * time.Second
 	}
+	o.Outliers = o.Outliers.withDefaults()
+	o.Saturation = o.Saturation.withDefaults()
 	return o
 }
 
@@ -127,7 +133,11 @@ type Picker struct {
 	// not seen end.
 	inFlight map[string]int
 	engine   map[string]EngineLoad
-	index    prefixIndex
+	// sinceReading counts, per replica, the requests sent there since its
+	// engine's last reading, less those that ended.
+	sinceReading map[string]int
+	health       map[string]*health
+	index        prefixIndex
 	// turn rotates the start of the least-loaded search, to spread ties.
 	turn int
 }
@@ -141,6 +151,7 @@ type ringPoint struct {
 func NewPicker(opts PickerOptions) *Picker {
 	opts = opts.withDefaults()
 	return &Picker{opts: opts, now: time.Now, inFlight: map[string]int{}, onRing: map[string]bool{}, engine: map[string]EngineLoad{},
+		sinceReading: map[string]int{}, health: map[string]*health{},
 		index: prefixIndex{max: opts.IndexBlocks, entries: map[uint64]*list.Element{}, order: list.New()}}
 }
 
@@ -153,9 +164,10 @@ type Pick struct {
 }
 
 // Pick chooses among the candidates (the ready replicas of the serving
-// revision, less those that refused the request) for a prompt of the given
-// block hashes and session key, and counts the request in flight there until
-// Done. ok is false when there is no candidate.
+// revision, less those that refused the request, less those taken out for
+// failing) for a prompt of the given block hashes and session key, and counts
+// the request in flight there until Done. ok is false when there is no
+// candidate.
 func (p *Picker) Pick(candidates []Endpoint, blocks []uint64, session string) (Pick, bool) {
 	return p.PickForAdapter(candidates, blocks, session, "")
 }
@@ -170,6 +182,7 @@ func (p *Picker) PickForAdapter(candidates []Endpoint, blocks []uint64, session,
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	candidates = p.usable(candidates)
 	byName := make(map[string]Endpoint, len(candidates))
 	for _, e := range candidates {
 		byName[e.Name] = e
@@ -187,6 +200,8 @@ func (p *Picker) PickForAdapter(candidates []Endpoint, blocks []uint64, session,
 	pick.HitBlocks = p.index.held(blocks, pick.Endpoint.Name)
 	p.index.add(blocks, pick.Endpoint.Name)
 	p.inFlight[pick.Endpoint.Name]++
+	p.sinceReading[pick.Endpoint.Name]++
+	p.picked(pick.Endpoint.Name)
 	return pick, true
 }
 
@@ -271,9 +286,12 @@ func (p *Picker) load(name string) float64 {
 
 // score orders replicas by load, queue first: a waiting request pays the whole
 // wait, a full KV cache evicts prefixes and preempts, a running one shares the
-// batch.
+// batch; and a replica that failed its last answers is no light load.
 func (p *Picker) score(name string) float64 {
 	s := float64(p.inFlight[name])
+	if h := p.health[name]; h != nil {
+		s += failurePenalty * float64(h.failures)
+	}
 	if e, ok := p.engine[name]; ok && p.now().Sub(e.At) < p.opts.StaleAfter {
 		s += 4*e.Waiting + 8*e.KVCacheUsage + e.Running
 	}
@@ -342,6 +360,9 @@ func (p *Picker) Done(name string) {
 	if p.inFlight[name]--; p.inFlight[name] <= 0 {
 		delete(p.inFlight, name)
 	}
+	if _, ok := p.sinceReading[name]; ok {
+		p.sinceReading[name]--
+	}
 }
 
 // InFlight is how many requests this router has at a replica now.
@@ -351,11 +372,24 @@ func (p *Picker) InFlight(name string) int {
 	return p.inFlight[name]
 }
 
-// SetEngineLoad records a replica's engine reading.
+// maxReading bounds an engine's counts: a replica's own /metrics may say
+// anything, and a finite but huge count (1e308) would overflow the scores.
+const maxReading = 1e6
+
+// SetEngineLoad records a replica's engine reading, its counts clamped to
+// [0, 1e6] and its KV-cache use to [0, 1].
 func (p *Picker) SetEngineLoad(name string, l EngineLoad) {
+	clamp := func(v, most float64) float64 {
+		if !(v > 0) { // NaN too
+			return 0
+		}
+		return min(v, most)
+	}
+	l.Waiting, l.Running, l.KVCacheUsage = clamp(l.Waiting, maxReading), clamp(l.Running, maxReading), clamp(l.KVCacheUsage, 1)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.engine[name] = l
+	p.sinceReading[name] = 0
 }
 
 // Forget drops what the picker holds of replicas no longer among names.
@@ -370,6 +404,16 @@ func (p *Picker) Forget(names []string) {
 	for name := range p.onRing {
 		if !slices.Contains(names, name) {
 			delete(p.onRing, name)
+		}
+	}
+	for name := range p.health {
+		if !slices.Contains(names, name) {
+			delete(p.health, name)
+		}
+	}
+	for name := range p.sinceReading {
+		if !slices.Contains(names, name) {
+			delete(p.sinceReading, name)
 		}
 	}
 	p.ring = slices.DeleteFunc(p.ring, func(pt ringPoint) bool { return !p.onRing[pt.name] })

@@ -22,9 +22,6 @@ import (
 // prefix index) and its replicas are read.
 const forgetAfter = 10 * time.Minute
 
-// scrapeParallel bounds the engines read at once.
-const scrapeParallel = 16
-
 // scrapeEngines reads the load of every replica of the models routed to
 // lately, each interval, until ctx ends; models idle for forgetAfter are
 // forgotten.
@@ -52,18 +49,20 @@ type scrapeJob struct {
 // client for such endpoints, which follows no redirect and bounds the answer).
 func (rt *Router) scrapeOnce(ctx context.Context) {
 	var jobs []scrapeJob
+	var models []*modelState
 	rt.mu.Lock()
 	for key, s := range rt.models {
-		if s.waiting == 0 && time.Since(s.lastUsed) > forgetAfter {
+		if s.waiting == 0 && s.sending == 0 && s.flow.length() == 0 && time.Since(s.lastUsed) > forgetAfter {
 			delete(rt.models, key)
 			continue
 		}
+		models = append(models, s)
 		for _, ep := range s.endpoints {
 			jobs = append(jobs, scrapeJob{picker: s.picker, ep: ep, engine: s.engine})
 		}
 	}
 	rt.mu.Unlock()
-	sem := make(chan struct{}, scrapeParallel)
+	sem := make(chan struct{}, rt.opts.ScrapeParallel)
 	var wg sync.WaitGroup
 	for _, job := range jobs {
 		sem <- struct{}{}
@@ -71,7 +70,7 @@ func (rt *Router) scrapeOnce(ctx context.Context) {
 			defer func() { <-sem }()
 			readCtx, cancel := context.WithTimeout(ctx, rt.opts.ScrapeInterval)
 			defer cancel()
-			load, err := readEngineLoad(readCtx, job.engine, job.ep.MetricsURL)
+			load, err := readEngineLoad(readCtx, job.engine, job.ep.MetricsURL, rt.opts.MaxScrapeBytes)
 			if err != nil {
 				rt.log.V(1).Info("Reading a replica's load", "endpoint", job.ep.Name, "error", err.Error())
 				return
@@ -80,13 +79,17 @@ func (rt *Router) scrapeOnce(ctx context.Context) {
 		})
 	}
 	wg.Wait()
+	for _, s := range models {
+		rt.kick(s) // the readings may show room for what waits
+	}
 }
 
 var loadSignals = []servingv1.AutoscalingSignal{servingv1.SignalQueueDepth, servingv1.SignalRunningRequests, servingv1.SignalKVCacheUtilization}
 
 // readEngineLoad reads the queue, the running requests and the KV-cache use
-// that an engine exports (those it does not export read 0).
-func readEngineLoad(ctx context.Context, engineType servingv1.EngineType, url string) (EngineLoad, error) {
+// that an engine exports (those it does not export read 0), reading at most
+// maxBytes of its /metrics and keeping only those series.
+func readEngineLoad(ctx context.Context, engineType servingv1.EngineType, url string, maxBytes int64) (EngineLoad, error) {
 	if url == "" {
 		return EngineLoad{}, errors.New("no /metrics address")
 	}
@@ -103,7 +106,11 @@ func readEngineLoad(ctx context.Context, engineType servingv1.EngineType, url st
 	if len(wanted) == 0 {
 		return EngineLoad{}, fmt.Errorf("engine %s exports no load gauge", engineType)
 	}
-	families, err := autoscale.ScrapeFamilies(ctx, url)
+	names := []string{loraInfoMetric}
+	for _, s := range wanted {
+		names = append(names, eng.SignalMetrics(s)...)
+	}
+	families, err := autoscale.ScrapeFamiliesOf(ctx, url, maxBytes, names)
 	if err != nil {
 		return EngineLoad{}, err
 	}

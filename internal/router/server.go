@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
@@ -48,6 +49,9 @@ type Directory interface {
 	// Endpoints are the model's serving replicas (servingv1.PodServes, not
 	// terminating), each with its track.
 	Endpoints(ctx context.Context, obj *servingv1.AIInference) ([]Endpoint, error)
+	// ClientNamespace is the namespace of the pod at addr, the client's
+	// tenant by default; "" when no pod has it.
+	ClientNamespace(ctx context.Context, addr netip.Addr) string
 }
 
 // IngressPolicy decides whether a client may reach a model: the router must
@@ -77,96 +81,9 @@ func (p NetworkPolicyCheck) Admits(ctx context.Context, obj *servingv1.AIInferen
 	return ingresspolicy.Admits(obj, c), nil
 }
 
-// Options bound and tune the router. Zero values take the defaults.
-type Options struct {
-	// BlockSize is how many bytes of prompt make a prefix block.
-	BlockSize int
-	// Picker tunes each model's picker.
-	Picker PickerOptions
-	// MaxWaiting bounds the requests per model waiting for a serving replica.
-	MaxWaiting int
-	// HoldTimeout bounds a request's wait for a serving replica.
-	HoldTimeout time.Duration
-	// Poll is how often a waiting request looks for a serving replica.
-	Poll time.Duration
-	// Keepalive is how often a waiting streaming request gets an SSE comment.
-	Keepalive time.Duration
-	// MaxBodyBytes bounds one request body.
-	MaxBodyBytes int64
-	// MaxBodiesBytes and MaxBodies bound the bodies held at once across models.
-	MaxBodiesBytes, MaxBodies int64
-	// BodyReadTimeout bounds reading a request's headers and body.
-	BodyReadTimeout time.Duration
-	// HeaderTimeout bounds a replica's wait before its response headers.
-	HeaderTimeout time.Duration
-	// SessionHeader names the header a client keeps a session by.
-	SessionHeader string
-	// ScrapeInterval is how often the engines' /metrics are read.
-	ScrapeInterval time.Duration
-	// DrainDelay is how long a stopping router still takes new requests
-	// while its pod leaves the Services' endpoints (see Serve).
-	DrainDelay time.Duration
-	// ShutdownTimeout bounds, after the drain delay, the wait for the
-	// requests in flight to finish; what is left then is cut. DrainDelay and
-	// ShutdownTimeout together must fit in the pod's
-	// terminationGracePeriodSeconds.
-	ShutdownTimeout time.Duration
-}
-
-// Defaults.
-const (
-	DefaultBlockSize       = 256
-	DefaultMaxWaiting      = 100
-	DefaultHoldTimeout     = 5 * time.Minute
-	DefaultMaxBodyBytes    = 8 << 20
-	DefaultMaxBodiesBytes  = 256 << 20
-	DefaultMaxBodies       = 1024
-	DefaultBodyReadTimeout = 30 * time.Second
-	DefaultHeaderTimeout   = 10 * time.Minute
-	DefaultSessionHeader   = "X-Session-ID"
-	DefaultScrapeInterval  = time.Second
-	// The router's pods have terminationGracePeriodSeconds: 60.
-	DefaultDrainDelay      = 5 * time.Second
-	DefaultShutdownTimeout = 50 * time.Second
-)
-
 // EndpointHeader names, on each answer a replica gave, the replica (its
 // pod's name): which one served a request, or held a stream that broke off.
 const EndpointHeader = "X-Aiinference-Endpoint"
-
-func (o Options) withDefaults() Options {
-	set := func(v *int64, d int64) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	setDuration := func(v *time.Duration, d time.Duration) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	if o.BlockSize <= 0 {
-		o.BlockSize = DefaultBlockSize
-	}
-	if o.MaxWaiting <= 0 {
-		o.MaxWaiting = DefaultMaxWaiting
-	}
-	set(&o.MaxBodyBytes, DefaultMaxBodyBytes)
-	set(&o.MaxBodiesBytes, DefaultMaxBodiesBytes)
-	set(&o.MaxBodies, DefaultMaxBodies)
-	setDuration(&o.HoldTimeout, DefaultHoldTimeout)
-	setDuration(&o.Poll, 100*time.Millisecond)
-	setDuration(&o.Keepalive, 15*time.Second)
-	setDuration(&o.BodyReadTimeout, DefaultBodyReadTimeout)
-	setDuration(&o.HeaderTimeout, DefaultHeaderTimeout)
-	setDuration(&o.ScrapeInterval, DefaultScrapeInterval)
-	setDuration(&o.DrainDelay, DefaultDrainDelay)
-	setDuration(&o.ShutdownTimeout, DefaultShutdownTimeout)
-	if o.SessionHeader == "" {
-		o.SessionHeader = DefaultSessionHeader
-	}
-	return o
-}
 
 // Router is the http.Handler of the request path.
 type Router struct {
@@ -180,7 +97,9 @@ type Router struct {
 
 	mu     sync.Mutex
 	models map[types.NamespacedName]*modelState
-	bodies bodyBudget
+	// bodyBytes, bodies and requests bound what the router holds, in all,
+	// per namespace and per model.
+	bodyBytes, bodies, requests *quota
 	// stopping is closed when the router stops: waiting requests are answered.
 	stopping chan struct{}
 	stopOnce sync.Once
@@ -191,13 +110,18 @@ type Router struct {
 
 // modelState is what the router keeps of a model it has routed to.
 type modelState struct {
-	picker   *Picker
+	picker *Picker
+	flow   *flowQueue
+	// waiting counts the requests held for want of a serving replica.
 	waiting  int
 	lastUsed time.Time
 	// endpoints and engine are the replicas last seen and the model's engine
 	// type, for the scraper.
 	endpoints []Endpoint
 	engine    servingv1.EngineType
+	// sending counts the requests being sent to a replica, and retrying
+	// those of them on a retry: the retry budget's share.
+	sending, retrying int
 }
 
 // New makes a router. metrics may be nil (a private registry is used).
@@ -209,23 +133,42 @@ func New(opts Options, dir Directory, policy IngressPolicy, metrics *Metrics, lo
 	return &Router{opts: opts, dir: dir, policy: policy, metrics: metrics, log: log,
 		transport: newUpstreamTransport(opts.HeaderTimeout), tracer: otel.Tracer("aiinference-router"),
 		models: map[types.NamespacedName]*modelState{}, stopping: make(chan struct{}),
-		bodies: bodyBudget{maxBytes: opts.MaxBodiesBytes, maxCount: opts.MaxBodies}}
+		bodyBytes: newQuota("bytes of request bodies", opts.MaxBodiesBytes, opts.NamespaceShare, opts.ModelShare),
+		bodies:    newQuota("request bodies", opts.MaxBodies, opts.NamespaceShare, opts.ModelShare),
+		requests:  newQuota("requests", opts.MaxRequests, opts.NamespaceShare, opts.ModelShare)}
 }
+
+// maxResponseHeaderBytes bounds a replica's response headers: an engine's
+// image is its user's, and Go's default lets each answer hold 10 MiB.
+const maxResponseHeaderBytes = 64 << 10
 
 func newUpstreamTransport(headerTimeout time.Duration) *http.Transport {
 	return &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: headerTimeout,
+		DialContext:            (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:           1024,
+		MaxIdleConnsPerHost:    256,
+		IdleConnTimeout:        90 * time.Second,
+		ResponseHeaderTimeout:  headerTimeout,
+		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 	}
 }
+
+// copyBuffers are the buffers answers are copied through: 8 KiB each, taken
+// only while a copy runs (ReverseProxy's own are 32 KiB per request).
+var copyBuffers = bufferPool{sync.Pool{New: func() any { b := make([]byte, 8<<10); return &b }}}
+
+type bufferPool struct{ sync.Pool }
+
+func (p *bufferPool) Get() []byte  { return *p.Pool.Get().(*[]byte) }
+func (p *bufferPool) Put(b []byte) { p.Pool.Put(&b) }
 
 // Stop answers every waiting request (503, Retry-After) and refuses new waits.
 func (rt *Router) Stop() { rt.stopOnce.Do(func() { close(rt.stopping) }) }
 
-// ServeHTTP routes one request.
+// ServeHTTP routes one request. What it holds is bounded before it is
+// taken: the policy is checked before the body is read wherever the address
+// names the model, the body is counted against its tenant's share as it
+// arrives, and only what routing needs is read from it.
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rt.draining.Load() {
 		w.Header().Set("Connection", "close")
@@ -236,50 +179,108 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, 0, fmt.Sprintf("no model's Service or namespace address is behind host %q", r.Host))
 		return
 	}
-	body, release, status, msg := rt.readBody(w, r)
-	if status != 0 {
-		retry := 0
-		if status == http.StatusTooManyRequests {
-			retry = 1
-		}
-		writeError(w, status, retry, msg)
+	key := types.NamespacedName{Namespace: target.Namespace, Name: target.Model}
+	inRouter := holding{q: rt.requests, key: key}
+	if refusal := inRouter.grow(1); refusal != "" {
+		rt.metrics.refused(key, reasonRequests)
+		writeError(w, http.StatusTooManyRequests, 1, refusal+"; try again")
 		return
 	}
-	defer release()
-	req := parseRequest(body)
+	defer func() { inRouter.release() }()
 	var obj *servingv1.AIInference
-	if target.Model == "" {
-		if r.Method == http.MethodGet && r.URL.Path == "/v1/models" {
-			rt.listModels(w, r, target.Namespace, client)
+	if target.Model != "" {
+		var err error
+		obj, err = rt.dir.Model(r.Context(), key)
+		if err != nil || obj == nil {
+			writeError(w, http.StatusNotFound, 0, fmt.Sprintf("no AIInference %s", key))
 			return
 		}
-		if !isCompletion(r) {
-			writeError(w, http.StatusNotFound, 0, "a namespace's address serves POST /v1/completions, POST /v1/chat/completions and GET /v1/models")
+		if !rt.admits(r.Context(), obj, client) {
+			writeError(w, http.StatusForbidden, 0, fmt.Sprintf("spec.networkPolicy of %s/%s does not admit a client at %s", obj.Namespace, obj.Name, client))
 			return
 		}
+	} else if r.Method == http.MethodGet && r.URL.Path == "/v1/models" {
+		rt.listModels(w, r, target.Namespace, client)
+		return
+	} else if !isCompletion(r) {
+		writeError(w, http.StatusNotFound, 0, "a namespace's address serves POST /v1/completions, POST /v1/chat/completions and GET /v1/models")
+		return
+	}
+	body, status, msg := rt.readBody(w, r, key)
+	defer body.release()
+	if status != 0 {
+		if status == http.StatusTooManyRequests {
+			rt.metrics.refused(key, reasonBodies)
+		}
+		writeError(w, status, retryAfterOf(status), msg)
+		return
+	}
+	req, err := parseRequest(body.data)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, 0, err.Error())
+		return
+	}
+	if obj == nil {
 		obj = rt.modelNamed(r.Context(), target.Namespace, req.Model, client)
 		if obj == nil {
 			writeError(w, http.StatusNotFound, 0, fmt.Sprintf("no model %q that you may call in namespace %s; GET /v1/models lists them", req.Model, target.Namespace))
 			return
 		}
+		key.Name = obj.Name
+		refusal := inRouter.toModel(obj.Name)
+		if refusal == "" {
+			refusal = body.toModel(obj.Name)
+		}
+		if refusal != "" {
+			rt.metrics.refused(key, reasonRequests)
+			writeError(w, http.StatusTooManyRequests, 1, refusal+"; try again")
+			return
+		}
 		// The engine serves spec.model.name only (--served-model-name): a
 		// request that named the AIInference goes on under the served name.
 		if req.Model == obj.Name && req.Model != obj.Spec.Model.Name && adapterOf(obj, req.Model) == nil {
-			body, req.Model = withModel(body, obj.Spec.Model.Name), obj.Spec.Model.Name
-		}
-	} else {
-		var err error
-		obj, err = rt.dir.Model(r.Context(), types.NamespacedName{Namespace: target.Namespace, Name: target.Model})
-		if err != nil || obj == nil {
-			writeError(w, http.StatusNotFound, 0, fmt.Sprintf("no AIInference %s/%s", target.Namespace, target.Model))
-			return
-		}
-		if admitted, err := rt.policy.Admits(r.Context(), obj, client); err != nil || !admitted {
-			writeError(w, http.StatusForbidden, 0, fmt.Sprintf("spec.networkPolicy of %s/%s does not admit a client at %s", obj.Namespace, obj.Name, client))
-			return
+			body.data, req.Model = withModel(body.data, req, obj.Spec.Model.Name), obj.Spec.Model.Name
+			if req, err = parseRequest(body.data); err != nil {
+				writeError(w, http.StatusBadRequest, 0, err.Error())
+				return
+			}
 		}
 	}
-	rt.route(w, r, obj, target.Track, body, req)
+	priority, ok := obj.RequestPriority(r.Header.Get(servingv1.ObjectiveHeader))
+	if !ok {
+		writeError(w, http.StatusBadRequest, 0, fmt.Sprintf("%s %q is not among spec.routing.objectives of %s/%s",
+			servingv1.ObjectiveHeader, r.Header.Get(servingv1.ObjectiveHeader), obj.Namespace, obj.Name))
+		return
+	}
+	rt.route(w, r, obj, target.Track, body, req, sender{addr: client, tenant: rt.tenantOf(r, obj, client), priority: priority})
+}
+
+// sender is who sent a request, as the router serves it: from where (the
+// policy), as which tenant (the fair queues) and how urgently.
+type sender struct {
+	addr     netip.Addr
+	tenant   string
+	priority servingv1.RequestPriority
+}
+
+// maxTenantBytes bounds a tenant named by a header.
+const maxTenantBytes = 253
+
+// tenantOf is the request's tenant: the header the model's spec names, else
+// the client pod's namespace; "" for a client that is no pod.
+func (rt *Router) tenantOf(r *http.Request, obj *servingv1.AIInference, client netip.Addr) string {
+	if ro := obj.Spec.Routing; ro != nil && ro.TenantHeader != "" {
+		if t := r.Header.Get(ro.TenantHeader); t != "" {
+			return "header:" + t[:min(len(t), maxTenantBytes)]
+		}
+	}
+	return "namespace:" + rt.dir.ClientNamespace(r.Context(), client)
+}
+
+// admits is the model's policy for the client; a failed lookup refuses.
+func (rt *Router) admits(ctx context.Context, obj *servingv1.AIInference, client netip.Addr) bool {
+	admitted, err := rt.policy.Admits(ctx, obj, client)
+	return err == nil && admitted
 }
 
 // adapterOf is the LoRA adapter of obj that model names; nil when it names
@@ -367,13 +368,14 @@ func (rt *Router) listModels(w http.ResponseWriter, r *http.Request, namespace s
 	_ = json.NewEncoder(w).Encode(list)
 }
 
-// route waits for a serving replica, picks one and passes the request on.
-// A replica that refuses the connection is left for the next (nothing was
-// sent), as many times as there are replicas; one whose connection breaks
-// before any byte of an answer (it died, or closed a kept-alive connection as
-// the request went out) is left for the next once: no byte of an answer has
-// reached the client, and a request that kills its replica kills one more at most.
-func (rt *Router) route(w http.ResponseWriter, r *http.Request, obj *servingv1.AIInference, track string, body []byte, req request) {
+// route waits for a serving replica, and for room in one while all are
+// saturated, picks one and passes the request on. A replica that refuses the
+// connection is left for the next (nothing was sent), as many times as there
+// are replicas. One that fails before its answer began (its connection
+// broke, it answered a 5xx, or a streamed answer's headers did not come in
+// time) is left for the next up to MaxRetries times, within the model's retry
+// budget: no byte of an answer has reached the client.
+func (rt *Router) route(w http.ResponseWriter, r *http.Request, obj *servingv1.AIInference, track string, body *heldBody, req request, from sender) {
 	begin := time.Now()
 	key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
 	ctx, span := rt.tracer.Start(r.Context(), "router.route", trace.WithAttributes(
@@ -384,12 +386,12 @@ func (rt *Router) route(w http.ResponseWriter, r *http.Request, obj *servingv1.A
 	adapter := adapterOf(obj, req.Model)
 	var blocks []uint64
 	if isCompletion(r) {
-		prompt := req.promptText()
+		prompt := req.prompt
 		if adapter != nil {
 			// An engine caches an adapter's prefixes apart from the base model's.
-			prompt = append([]byte(adapter.Name+"\x00"), prompt...)
+			prompt = append([][]byte{[]byte(adapter.Name + "\x00")}, prompt...)
 		}
-		blocks = blockHashes(prompt, rt.opts.BlockSize)
+		blocks = blockHashesOf(prompt, rt.opts.BlockSize)
 	}
 	session := r.Header.Get(rt.opts.SessionHeader)
 	state := rt.state(key, obj.Spec.Engine.Type)
@@ -402,30 +404,31 @@ func (rt *Router) route(w http.ResponseWriter, r *http.Request, obj *servingv1.A
 		onWait = held.keepalive
 		w = held
 	}
-	candidates, status, why := rt.waitForEndpoints(ctx, key, state, obj, track, blocks, session, onWait)
-	if candidates == nil {
-		rt.metrics.answered(key, "", status)
+	fail := func(endpoint string, status int, message string) {
+		rt.metrics.answered(key, endpoint, status)
 		span.SetAttributes(attribute.Int("http.status_code", status))
 		switch {
 		case status == statusClientGone:
 		case held != nil && held.started:
-			held.errorEvent(status, why)
+			held.errorEvent(status, message)
 		default:
-			writeError(w, status, retryAfterOf(status), why)
+			writeError(w, status, retryAfterOf(status), message)
 		}
+	}
+	obj, candidates, status, why := rt.waitForEndpoints(ctx, key, state, obj, track, blocks, session, from, onWait)
+	if candidates == nil {
+		fail("", status, why)
+		return
+	}
+	if status, why := rt.waitForRoom(ctx, key, state, obj, from, onWait); status != 0 {
+		fail("", status, why)
 		return
 	}
 	rt.metrics.queue.WithLabelValues(key.Namespace, key.Name).Observe(time.Since(begin).Seconds())
 	rt.metrics.readyEndpoints.WithLabelValues(key.Namespace, key.Name).Set(float64(len(candidates)))
 	if adapter != nil {
 		if candidates = servingAdapter(obj, adapter.Name, candidates); len(candidates) == 0 {
-			rt.metrics.answered(key, "", http.StatusServiceUnavailable)
-			msg := fmt.Sprintf("no serving replica of %s has loaded adapter %s yet (status.adapters says where it stands)", key, adapter.Name)
-			if held != nil && held.started {
-				held.errorEvent(http.StatusServiceUnavailable, msg)
-			} else {
-				writeError(w, http.StatusServiceUnavailable, 2, msg)
-			}
+			fail("", http.StatusServiceUnavailable, fmt.Sprintf("no serving replica of %s has loaded adapter %s yet (status.adapters says where it stands)", key, adapter.Name))
 			return
 		}
 	}
@@ -435,7 +438,9 @@ func (rt *Router) route(w http.ResponseWriter, r *http.Request, obj *servingv1.A
 		adapterName = adapter.Name
 	}
 	tried := map[string]bool{}
-	resent := false
+	retries := 0
+	rt.sending(state, 1)
+	defer rt.sending(state, -1)
 	for {
 		var left []Endpoint
 		for _, e := range candidates {
@@ -445,8 +450,7 @@ func (rt *Router) route(w http.ResponseWriter, r *http.Request, obj *servingv1.A
 		}
 		pick, ok := state.picker.PickForAdapter(left, blocks, session, adapterName)
 		if !ok {
-			rt.metrics.answered(key, "", http.StatusBadGateway)
-			writeError(w, http.StatusBadGateway, 1, fmt.Sprintf("no serving replica of %s took the request (%d tried)", key, len(tried)))
+			fail("", http.StatusBadGateway, fmt.Sprintf("no serving replica of %s took the request (%d tried)", key, len(tried)))
 			return
 		}
 		if len(tried) > 0 {
@@ -455,14 +459,150 @@ func (rt *Router) route(w http.ResponseWriter, r *http.Request, obj *servingv1.A
 		rt.metrics.picked(key, pick, len(blocks))
 		span.SetAttributes(attribute.String("router.endpoint", pick.Endpoint.Name), attribute.String("router.reason", pick.Reason),
 			attribute.Int("router.prefix_blocks", len(blocks)), attribute.Int("router.hit_blocks", pick.HitBlocks))
-		switch rt.forward(w, r, key, state.picker, pick.Endpoint, body, begin, !resent) {
+		// A failure may be left for another replica only while one is left
+		// and the budget allows: else the client gets this replica's answer.
+		mayRetry := retries < rt.opts.MaxRetries && len(left) > 1 && rt.retryAllowed(state)
+		result := rt.forward(w, r, key, state, pick.Endpoint, body, req.Stream, begin, mayRetry)
+		rt.kick(state)
+		switch result {
 		case answered:
 			return
-		case broken:
-			resent = true
+		case failedBeforeAnswer:
+			if !rt.takeRetry(state) {
+				fail(pick.Endpoint.Name, http.StatusBadGateway, fmt.Sprintf("replica %s of %s failed the request before answering, and the retry budget of %s is spent", pick.Endpoint.Name, key, key))
+				return
+			}
+			retries++
+			defer rt.endRetry(state)
 		}
 		tried[pick.Endpoint.Name] = true
 	}
+}
+
+// sending counts a request being sent to a model's replicas.
+func (rt *Router) sending(s *modelState, n int) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	s.sending += n
+}
+
+// retryAllowed tells whether the model's retry budget has room for one more
+// retry now: at most RetryBudget of the requests being sent, and always
+// MinRetries.
+func (rt *Router) retryAllowed(s *modelState) bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return s.retrying < max(rt.opts.MinRetries, int(rt.opts.RetryBudget*float64(s.sending)))
+}
+
+// takeRetry counts a retry in the budget; false when there is no room.
+func (rt *Router) takeRetry(s *modelState) bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if s.retrying >= max(rt.opts.MinRetries, int(rt.opts.RetryBudget*float64(s.sending))) {
+		return false
+	}
+	s.retrying++
+	return true
+}
+
+func (rt *Router) endRetry(s *modelState) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	s.retrying--
+}
+
+// waitForRoom holds the request while every replica of the model is
+// saturated, in its tenant's queue of its priority's band, until the flow
+// queue releases it; a Sheddable request is shed at once instead. A non-zero
+// status is the answer when it is not sent.
+func (rt *Router) waitForRoom(ctx context.Context, key types.NamespacedName, state *modelState, obj *servingv1.AIInference, from sender, onWait func()) (int, string) {
+	saturated := rt.saturation(state)
+	if state.flow.length() == 0 && !saturated() {
+		return 0, ""
+	}
+	if from.priority == servingv1.PrioritySheddable {
+		rt.metrics.shed(key, from.priority, shedSaturated)
+		return http.StatusTooManyRequests, fmt.Sprintf("every replica of %s is saturated, and the request is %s; try again later", key, from.priority)
+	}
+	me := &waiter{tenant: from.tenant, band: bandOf(from.priority), ready: make(chan struct{})}
+	shed, ok := state.flow.enqueue(me)
+	if shed != nil {
+		rt.metrics.shed(key, servingv1.PriorityStandard, shedForRoom)
+	}
+	if !ok {
+		rt.metrics.shed(key, from.priority, shedQueueFull)
+		return http.StatusTooManyRequests, fmt.Sprintf("every replica of %s is saturated and %d requests wait for room; try again", key, rt.opts.MaxWaiting)
+	}
+	rt.setWaiting(key, state)
+	defer rt.setWaiting(key, state)
+	onWait()
+	deadline := time.NewTimer(rt.opts.HoldTimeout)
+	defer deadline.Stop()
+	poll := time.NewTicker(rt.opts.Poll)
+	defer poll.Stop()
+	keepalive := time.NewTicker(rt.opts.Keepalive)
+	defer keepalive.Stop()
+	state.flow.release(saturated)
+	for {
+		select {
+		case <-me.ready:
+			if me.shed {
+				return http.StatusTooManyRequests, fmt.Sprintf("every replica of %s is saturated, and the request was shed for one of a higher priority or a shorter queue; try again", key)
+			}
+			// Released: the model's policy may have changed while it waited.
+			if fresh, err := rt.dir.Model(ctx, key); err == nil && fresh != nil && !rt.admits(ctx, fresh, from.addr) {
+				return http.StatusForbidden, fmt.Sprintf("spec.networkPolicy of %s no longer admits a client at %s", key, from.addr)
+			}
+			return 0, ""
+		case <-ctx.Done():
+		case <-rt.stopping:
+		case <-deadline.C:
+		case <-keepalive.C:
+			onWait()
+			continue
+		case <-poll.C:
+			state.flow.release(saturated)
+			continue
+		}
+		if !state.flow.leave(me) {
+			<-me.ready // released or shed meanwhile: pass the room on
+			state.flow.release(saturated)
+		}
+		switch {
+		case ctx.Err() != nil:
+			return statusClientGone, "the client went away"
+		case isClosed(rt.stopping):
+			return http.StatusServiceUnavailable, "the router is stopping; send the request again"
+		}
+		return http.StatusServiceUnavailable, fmt.Sprintf("every replica of %s stayed saturated for %s; send the request again", key, rt.opts.HoldTimeout)
+	}
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// saturation tells whether every replica the model's picker may pick is
+// saturated now.
+func (rt *Router) saturation(state *modelState) func() bool {
+	return func() bool {
+		rt.mu.Lock()
+		eps := state.endpoints
+		rt.mu.Unlock()
+		return state.picker.Saturated(eps)
+	}
+}
+
+// kick lets the model's queue release a request if there is room: called as
+// a request ends and as the engines' load is read.
+func (rt *Router) kick(state *modelState) {
+	state.flow.release(rt.saturation(state))
 }
 
 // outcome is how a request sent to one replica ended.
@@ -473,9 +613,10 @@ const (
 	answered outcome = iota
 	// refused: the connection could not be made; nothing was sent.
 	refused
-	// broken: the connection broke before any byte of an answer; nothing
-	// was written to the client.
-	broken
+	// failedBeforeAnswer: the connection broke before any byte of an
+	// answer, the replica answered a 5xx, or a streamed answer's headers did
+	// not come in time; nothing was written to the client.
+	failedBeforeAnswer
 )
 
 // statusClientGone marks a request whose client went away: nobody to answer.
@@ -491,10 +632,12 @@ func retryAfterOf(status int) int {
 	return 0
 }
 
-// waitForEndpoints is the replicas to pick from, once one serves; nil with
-// the status and reason to answer when none came within the hold timeout.
+// waitForEndpoints is the replicas to pick from, once one serves, and the
+// model as it was then; nil with the status and reason to answer when none
+// came within the hold timeout, or the model's policy no longer admits the
+// client once one came.
 func (rt *Router) waitForEndpoints(ctx context.Context, key types.NamespacedName, state *modelState, obj *servingv1.AIInference,
-	track string, blocks []uint64, session string, onWait func()) ([]Endpoint, int, string) {
+	track string, blocks []uint64, session string, from sender, onWait func()) (*servingv1.AIInference, []Endpoint, int, string) {
 	deadline := time.NewTimer(rt.opts.HoldTimeout)
 	defer deadline.Stop()
 	var poll, keepalive *time.Ticker
@@ -505,11 +648,15 @@ func (rt *Router) waitForEndpoints(ctx context.Context, key types.NamespacedName
 		}
 		rt.seen(key, state, eps)
 		if c := candidatesFor(obj, track, eps, splitKey(blocks, session)); len(c) > 0 {
-			return c, 0, ""
+			if poll != nil && !rt.admits(ctx, obj, from.addr) {
+				// It waited: the model's policy may have changed meanwhile.
+				return obj, nil, http.StatusForbidden, fmt.Sprintf("spec.networkPolicy of %s no longer admits a client at %s", key, from.addr)
+			}
+			return obj, c, 0, ""
 		}
 		if poll == nil {
 			if !rt.hold(key, state) {
-				return nil, http.StatusTooManyRequests, fmt.Sprintf("%d requests for %s already wait for a serving replica; try again", rt.opts.MaxWaiting, key)
+				return obj, nil, http.StatusTooManyRequests, fmt.Sprintf("%d requests for %s already wait for a serving replica; try again", rt.opts.MaxWaiting, key)
 			}
 			defer rt.release(key, state)
 			poll = time.NewTicker(rt.opts.Poll)
@@ -520,11 +667,11 @@ func (rt *Router) waitForEndpoints(ctx context.Context, key types.NamespacedName
 		}
 		select {
 		case <-ctx.Done():
-			return nil, statusClientGone, "the client went away"
+			return obj, nil, statusClientGone, "the client went away"
 		case <-rt.stopping:
-			return nil, http.StatusServiceUnavailable, "the router is stopping; send the request again"
+			return obj, nil, http.StatusServiceUnavailable, "the router is stopping; send the request again"
 		case <-deadline.C:
-			return nil, http.StatusServiceUnavailable, fmt.Sprintf("no replica of %s served within %s; send the request again", key, rt.opts.HoldTimeout)
+			return obj, nil, http.StatusServiceUnavailable, fmt.Sprintf("no replica of %s served within %s; send the request again", key, rt.opts.HoldTimeout)
 		case <-keepalive.C:
 			onWait()
 		case <-poll.C:
@@ -579,19 +726,25 @@ func candidatesFor(obj *servingv1.AIInference, track string, eps []Endpoint, key
 }
 
 // forward sends the request to one replica and copies its answer back,
-// flushing each chunk. It writes nothing to the client when the replica
-// refused the connection, nor, if mayResend, when the connection broke
-// before any byte of an answer: the outcome says which.
+// flushing each chunk, and tells the picker how the replica did. It writes
+// nothing to the client when the replica refused the connection, nor, if
+// mayRetry, when it failed before its answer began: the outcome says which.
+// Once an answer is passed on the body is let go: it is sent nowhere else.
 // The counts are kept in defers: ReverseProxy aborts the handler with a panic
 // when the replica's answer breaks off midway.
-func (rt *Router) forward(w http.ResponseWriter, r *http.Request, key types.NamespacedName, picker *Picker, ep Endpoint, body []byte,
-	begin time.Time, mayResend bool) (result outcome) {
+func (rt *Router) forward(w http.ResponseWriter, r *http.Request, key types.NamespacedName, state *modelState, ep Endpoint, body *heldBody,
+	stream bool, begin time.Time, mayRetry bool) (result outcome) {
+	client := r.Context()
 	code := 0
+	healthy := false
 	inFlight := rt.metrics.inFlight.WithLabelValues(key.Namespace, key.Name, ep.Name)
 	inFlight.Inc()
 	defer func() {
 		inFlight.Dec()
-		picker.Done(ep.Name)
+		state.picker.Done(ep.Name)
+		if client.Err() == nil {
+			rt.report(key, state, ep.Name, healthy)
+		}
 		if result == answered {
 			if code == 0 {
 				code = statusClientGone
@@ -599,17 +752,38 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, key types.Name
 			rt.metrics.answered(key, ep.Name, code)
 		}
 	}()
+	// A streamed answer's headers come before its first token: a replica
+	// silent past StreamHeaderTimeout is cut, and the request may go on.
+	attempt, cancel := context.WithCancel(client)
+	defer cancel()
+	var silent atomic.Bool
+	var headerTimer *time.Timer
+	if stream {
+		headerTimer = time.AfterFunc(rt.opts.StreamHeaderTimeout, func() { silent.Store(true); cancel() })
+		defer headerTimer.Stop()
+	}
+	data := body.data
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", ep.Addr, ""
-			pr.Out.Body = io.NopCloser(bytes.NewReader(body))
-			pr.Out.ContentLength = int64(len(body))
+			pr.Out.Body = io.NopCloser(bytes.NewReader(data))
+			pr.Out.ContentLength = int64(len(data))
 			pr.SetXForwarded()
 		},
 		Transport:     rt.transport,
 		FlushInterval: -1,
+		BufferPool:    &copyBuffers,
 		ModifyResponse: func(resp *http.Response) error {
+			if headerTimer != nil && !headerTimer.Stop() && silent.Load() {
+				return errSilent // the timer fired as the headers came: the attempt is cut anyway
+			}
+			healthy = resp.StatusCode < 500
+			if !healthy && mayRetry {
+				_ = resp.Body.Close()
+				return errServerError{resp.StatusCode}
+			}
 			code = resp.StatusCode
+			body.release()
 			resp.Header.Set(EndpointHeader, ep.Name)
 			resp.Body = &firstByte{ReadCloser: resp.Body, seen: func() {
 				rt.metrics.ttft.WithLabelValues(key.Namespace, key.Name, ep.Name).Observe(time.Since(begin).Seconds())
@@ -617,14 +791,26 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, key types.Name
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			var serverError errServerError
 			switch {
-			case r.Context().Err() != nil:
+			case client.Err() != nil:
 				code = statusClientGone
 			case isRefused(err):
 				result = refused
 				rt.metrics.upstreamErrors.WithLabelValues(key.Namespace, key.Name, ep.Name, errorRefused).Inc()
-			case mayResend && isBroken(err):
-				result = broken
+			case errors.As(err, &serverError):
+				result = failedBeforeAnswer
+				rt.metrics.upstreamErrors.WithLabelValues(key.Namespace, key.Name, ep.Name, errorServerError).Inc()
+			case silent.Load() || errors.Is(err, errSilent):
+				rt.metrics.upstreamErrors.WithLabelValues(key.Namespace, key.Name, ep.Name, errorSilent).Inc()
+				if mayRetry {
+					result = failedBeforeAnswer
+					return
+				}
+				code = http.StatusGatewayTimeout
+				writeError(w, code, 1, fmt.Sprintf("replica %s of %s sent no answer within %s", ep.Name, key, rt.opts.StreamHeaderTimeout))
+			case mayRetry && isBroken(err):
+				result = failedBeforeAnswer
 				rt.metrics.upstreamErrors.WithLabelValues(key.Namespace, key.Name, ep.Name, errorBroken).Inc()
 			default:
 				code = http.StatusBadGateway
@@ -633,8 +819,49 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, key types.Name
 			}
 		},
 	}
-	proxy.ServeHTTP(w, r)
+	proxy.ServeHTTP(w, r.WithContext(attempt))
 	return result
+}
+
+// errSilent is a streamed answer whose headers came too late.
+var errSilent = errors.New("no answer in time")
+
+// errServerError is a replica's 5xx answer, held back so that another
+// replica may answer instead.
+type errServerError struct{ status int }
+
+func (e errServerError) Error() string { return fmt.Sprintf("the replica answered HTTP %d", e.status) }
+
+// report tells the picker how a replica did, and the metrics and the
+// model's events when that took it out of the picking or brought it back.
+func (rt *Router) report(key types.NamespacedName, state *modelState, endpoint string, ok bool) {
+	rt.mu.Lock()
+	replicas := len(state.endpoints)
+	rt.mu.Unlock()
+	change, ejection := state.picker.Report(endpoint, ok, replicas)
+	switch change {
+	case Ejected:
+		rt.metrics.ejected(key, endpoint, true)
+		rt.log.Info("Replica taken out of the picking", "aiinference", key, "endpoint", endpoint, "for", ejection)
+		rt.event(key, corev1.EventTypeWarning, servingv1.ReasonReplicaEjected, "Replica %s failed %d answers in a row (5xx, a refused or broken connection, or no answer in time): no request goes to it for %s, then one trial request",
+			endpoint, state.picker.opts.Outliers.ConsecutiveFailures, ejection)
+	case Restored:
+		rt.metrics.ejected(key, endpoint, false)
+		rt.log.Info("Replica back in the picking", "aiinference", key, "endpoint", endpoint)
+		rt.event(key, corev1.EventTypeNormal, servingv1.ReasonReplicaRestored, "Replica %s answered its trial request: it is picked again", endpoint)
+	}
+}
+
+// event records an Event on the model, when the router records events.
+func (rt *Router) event(key types.NamespacedName, eventType, reason, note string, args ...any) {
+	if rt.opts.Events == nil {
+		return
+	}
+	obj, err := rt.dir.Model(context.Background(), key)
+	if err != nil || obj == nil {
+		return
+	}
+	rt.opts.Events.Eventf(obj, nil, eventType, reason, "Route", note, args...)
 }
 
 // isRefused tells a replica that could not be reached: nothing was sent, so
@@ -647,8 +874,9 @@ func isRefused(err error) bool {
 // isBroken tells a connection that broke before the replica's answer began
 // (an error of the round trip, so no byte of an answer came): the replica
 // went away, or closed a kept-alive connection as the request went out, or
-// answered what is not HTTP. A timeout is no such thing: the replica is
-// slow, and another would be as slow for the same request.
+// answered what is not HTTP. A timeout of an answer not streamed is no such
+// thing: the replica is slow, and another would be as slow for the same
+// request.
 func isBroken(err error) bool {
 	var ne net.Error
 	return !(errors.As(err, &ne) && ne.Timeout()) && !errors.Is(err, context.DeadlineExceeded)
@@ -675,7 +903,7 @@ func (rt *Router) state(key types.NamespacedName, engine servingv1.EngineType) *
 	defer rt.mu.Unlock()
 	s := rt.models[key]
 	if s == nil {
-		s = &modelState{picker: NewPicker(rt.opts.Picker)}
+		s = &modelState{picker: NewPicker(rt.opts.Picker), flow: &flowQueue{max: rt.opts.MaxWaiting}}
 		rt.models[key] = s
 	}
 	s.lastUsed, s.engine = time.Now(), engine
@@ -706,30 +934,46 @@ func (rt *Router) seen(key types.NamespacedName, s *modelState, eps []Endpoint) 
 
 func (rt *Router) hold(key types.NamespacedName, s *modelState) bool {
 	rt.mu.Lock()
-	defer rt.mu.Unlock()
 	if s.waiting >= rt.opts.MaxWaiting {
+		rt.mu.Unlock()
 		return false
 	}
 	s.waiting++
-	rt.metrics.waiting.WithLabelValues(key.Namespace, key.Name).Set(float64(s.waiting))
+	rt.mu.Unlock()
+	rt.setWaiting(key, s)
 	return true
 }
 
 func (rt *Router) release(key types.NamespacedName, s *modelState) {
 	rt.mu.Lock()
-	defer rt.mu.Unlock()
 	s.waiting--
-	rt.metrics.waiting.WithLabelValues(key.Namespace, key.Name).Set(float64(s.waiting))
+	rt.mu.Unlock()
+	rt.setWaiting(key, s)
 }
 
-// Waiting is how many requests for the model wait for a serving replica now.
+// setWaiting updates the gauge of the model's requests waiting in the
+// router: held for a serving replica, or queued for room in one.
+func (rt *Router) setWaiting(key types.NamespacedName, s *modelState) {
+	rt.metrics.waiting.WithLabelValues(key.Namespace, key.Name).Set(float64(rt.waitingIn(s)))
+}
+
+func (rt *Router) waitingIn(s *modelState) int {
+	rt.mu.Lock()
+	held := s.waiting
+	rt.mu.Unlock()
+	return held + s.flow.length()
+}
+
+// Waiting is how many requests for the model wait in the router now: for a
+// serving replica, or for room in one.
 func (rt *Router) Waiting(key types.NamespacedName) int {
 	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if s := rt.models[key]; s != nil {
-		return s.waiting
+	s := rt.models[key]
+	rt.mu.Unlock()
+	if s == nil {
+		return 0
 	}
-	return 0
+	return rt.waitingIn(s)
 }
 
 // clientAddr is the address the request came from (the TCP peer, never a

@@ -125,6 +125,12 @@ func (d *FixedDirectory) Endpoints(context.Context, *servingv1.AIInference) ([]r
 	return append([]router.Endpoint(nil), d.endpoints...), nil
 }
 
+// ClientNamespace implements router.Directory: every client is of the
+// model's namespace (no pods here).
+func (d *FixedDirectory) ClientNamespace(context.Context, netip.Addr) string {
+	return d.model.Namespace
+}
+
 // ServeRouter serves the router on a loopback port until the test ends; its base URL.
 func ServeRouter(t testing.TB, rt *router.Router) string {
 	t.Helper()
