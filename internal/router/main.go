@@ -22,12 +22,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	eventsv1client "k8s.io/client-go/kubernetes/typed/events/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/eventrecorder"
 	"github.com/aiinference/operator/internal/ingresspolicy"
 	"github.com/aiinference/operator/internal/tracing"
 )
@@ -171,6 +173,13 @@ func run(ctx context.Context, c Config) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Replicas taken out of the picking and back are told on their model.
+	eventsClient, err := eventsv1client.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	c.Options.Events = eventrecorder.New(eventsClient, scheme, "aiinference-router", log.WithName("events"))
+	go func() { _ = c.Options.Events.Start(watching) }()
 	rt := New(c.Options, KubeDirectory{Reader: objects}, NetworkPolicyCheck{Clients: ingresspolicy.Lookup{Reader: objects}}, NewMetrics(reg), log)
 
 	synced := make(chan struct{})
