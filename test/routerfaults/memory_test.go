@@ -109,7 +109,7 @@ func TestMemoryHeldBodies(t *testing.T) {
 	}
 	// Every request is at the replica or answered, or the router is gone.
 	waitUntil(90*time.Second, func() bool { return slow.Requests.Load()+answered.Load() >= n || p.Exited() })
-	time.Sleep(time.Second)
+	p.Settle(30 * time.Second)
 	peak := p.PeakRSS()
 	release()
 	wg.Wait()
@@ -193,7 +193,7 @@ func TestMemoryHugeHeaders(t *testing.T) {
 	waitUntil(60*time.Second, func() bool { return served() >= int64(len(clients)) || p.Exited() })
 	// The router reads each answer's headers and writes them to a client
 	// that does not read.
-	time.Sleep(3 * time.Second)
+	p.Settle(30 * time.Second)
 	peak := p.PeakRSS()
 	// Now read what each client got: the start of an answer (held by the
 	// client), or a closed connection with none (lost).

@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -263,6 +264,44 @@ func (p *RouterProc) readHWM() {
 func (p *RouterProc) PeakRSS() int64 {
 	p.readHWM()
 	return p.hwm.Load()
+}
+
+// rss is the router's resident memory now (VmRSS), 0 once it has exited.
+func (p *RouterProc) rss() int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// Settle waits until the router's resident memory has stayed within 8 MiB
+// for 2 s (it has taken in what the case sends it), or it has exited, at
+// most timeout; false when it did not settle.
+func (p *RouterProc) Settle(timeout time.Duration) bool {
+	const window, tick = 2 * time.Second, 250 * time.Millisecond
+	deadline := time.Now().Add(timeout)
+	var seen []int64
+	for time.Now().Before(deadline) {
+		if p.Exited() {
+			return true
+		}
+		seen = append(seen, p.rss())
+		if n := int(window / tick); len(seen) > n {
+			last := seen[len(seen)-n-1:]
+			if slices.Max(last)-slices.Min(last) < 8<<20 {
+				return true
+			}
+		}
+		time.Sleep(tick)
+	}
+	return false
 }
 
 // CPU is the router's CPU time so far (user and system); for a router
