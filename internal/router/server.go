@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/frontdoor"
 	"github.com/aiinference/operator/internal/ingresspolicy"
 )
 
@@ -99,7 +100,7 @@ type Router struct {
 	models map[types.NamespacedName]*modelState
 	// bodyBytes, bodies and requests bound what the router holds, in all,
 	// per namespace and per model.
-	bodyBytes, bodies, requests *quota
+	bodyBytes, bodies, requests *frontdoor.Quota
 	// stopping is closed when the router stops: waiting requests are answered.
 	stopping chan struct{}
 	stopOnce sync.Once
@@ -133,9 +134,9 @@ func New(opts Options, dir Directory, policy IngressPolicy, metrics *Metrics, lo
 	return &Router{opts: opts, dir: dir, policy: policy, metrics: metrics, log: log,
 		transport: newUpstreamTransport(opts.HeaderTimeout), tracer: otel.Tracer("aiinference-router"),
 		models: map[types.NamespacedName]*modelState{}, stopping: make(chan struct{}),
-		bodyBytes: newQuota("bytes of request bodies", opts.MaxBodiesBytes, opts.NamespaceShare, opts.ModelShare),
-		bodies:    newQuota("request bodies", opts.MaxBodies, opts.NamespaceShare, opts.ModelShare),
-		requests:  newQuota("requests", opts.MaxRequests, opts.NamespaceShare, opts.ModelShare)}
+		bodyBytes: frontdoor.NewQuota("bytes of request bodies", opts.MaxBodiesBytes, opts.NamespaceShare, opts.ModelShare),
+		bodies:    frontdoor.NewQuota("request bodies", opts.MaxBodies, opts.NamespaceShare, opts.ModelShare),
+		requests:  frontdoor.NewQuota("requests", opts.MaxRequests, opts.NamespaceShare, opts.ModelShare)}
 }
 
 // maxResponseHeaderBytes bounds a replica's response headers: an engine's
@@ -180,13 +181,13 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := types.NamespacedName{Namespace: target.Namespace, Name: target.Model}
-	inRouter := holding{q: rt.requests, key: key}
-	if refusal := inRouter.grow(1); refusal != "" {
+	inRouter := rt.requests.Hold(key)
+	if refusal := inRouter.Grow(1); refusal != "" {
 		rt.metrics.refused(key, reasonRequests)
 		writeError(w, http.StatusTooManyRequests, 1, refusal+"; try again")
 		return
 	}
-	defer func() { inRouter.release() }()
+	defer func() { inRouter.Release() }()
 	var obj *servingv1.AIInference
 	if target.Model != "" {
 		var err error
@@ -206,8 +207,9 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, 0, "a namespace's address serves POST /v1/completions, POST /v1/chat/completions and GET /v1/models")
 		return
 	}
-	body, status, msg := rt.readBody(w, r, key)
-	defer body.release()
+	body, status, msg := frontdoor.ReadBody(w, r, key, frontdoor.BodyLimits{
+		MaxBytes: rt.opts.MaxBodyBytes, ReadTimeout: rt.opts.BodyReadTimeout, Bytes: rt.bodyBytes, Count: rt.bodies})
+	defer body.Release()
 	if status != 0 {
 		if status == http.StatusTooManyRequests {
 			rt.metrics.refused(key, reasonBodies)
@@ -215,7 +217,7 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, retryAfterOf(status), msg)
 		return
 	}
-	req, err := parseRequest(body.data)
+	req, err := parseRequest(body.Data)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, 0, err.Error())
 		return
@@ -227,9 +229,9 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		key.Name = obj.Name
-		refusal := inRouter.toModel(obj.Name)
+		refusal := inRouter.ToModel(obj.Name)
 		if refusal == "" {
-			refusal = body.toModel(obj.Name)
+			refusal = body.ToModel(obj.Name)
 		}
 		if refusal != "" {
 			rt.metrics.refused(key, reasonRequests)
@@ -239,8 +241,8 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The engine serves spec.model.name only (--served-model-name): a
 		// request that named the AIInference goes on under the served name.
 		if req.Model == obj.Name && req.Model != obj.Spec.Model.Name && adapterOf(obj, req.Model) == nil {
-			body.data, req.Model = withModel(body.data, req, obj.Spec.Model.Name), obj.Spec.Model.Name
-			if req, err = parseRequest(body.data); err != nil {
+			body.Data, req.Model = withModel(body.Data, req, obj.Spec.Model.Name), obj.Spec.Model.Name
+			if req, err = parseRequest(body.Data); err != nil {
 				writeError(w, http.StatusBadRequest, 0, err.Error())
 				return
 			}
@@ -375,7 +377,7 @@ func (rt *Router) listModels(w http.ResponseWriter, r *http.Request, namespace s
 // broke, it answered a 5xx, or a streamed answer's headers did not come in
 // time) is left for the next up to MaxRetries times, within the model's retry
 // budget: no byte of an answer has reached the client.
-func (rt *Router) route(w http.ResponseWriter, r *http.Request, obj *servingv1.AIInference, track string, body *heldBody, req request, from sender) {
+func (rt *Router) route(w http.ResponseWriter, r *http.Request, obj *servingv1.AIInference, track string, body *frontdoor.Body, req request, from sender) {
 	begin := time.Now()
 	key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
 	ctx, span := rt.tracer.Start(r.Context(), "router.route", trace.WithAttributes(
@@ -732,7 +734,7 @@ func candidatesFor(obj *servingv1.AIInference, track string, eps []Endpoint, key
 // Once an answer is passed on the body is let go: it is sent nowhere else.
 // The counts are kept in defers: ReverseProxy aborts the handler with a panic
 // when the replica's answer breaks off midway.
-func (rt *Router) forward(w http.ResponseWriter, r *http.Request, key types.NamespacedName, state *modelState, ep Endpoint, body *heldBody,
+func (rt *Router) forward(w http.ResponseWriter, r *http.Request, key types.NamespacedName, state *modelState, ep Endpoint, body *frontdoor.Body,
 	stream bool, begin time.Time, mayRetry bool) (result outcome) {
 	client := r.Context()
 	code := 0
@@ -762,7 +764,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, key types.Name
 		headerTimer = time.AfterFunc(rt.opts.StreamHeaderTimeout, func() { silent.Store(true); cancel() })
 		defer headerTimer.Stop()
 	}
-	data := body.data
+	data := body.Data
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", ep.Addr, ""
@@ -783,7 +785,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, key types.Name
 				return errServerError{resp.StatusCode}
 			}
 			code = resp.StatusCode
-			body.release()
+			body.Release()
 			resp.Header.Set(EndpointHeader, ep.Name)
 			resp.Body = &firstByte{ReadCloser: resp.Body, seen: func() {
 				rt.metrics.ttft.WithLabelValues(key.Namespace, key.Name, ep.Name).Observe(time.Since(begin).Seconds())

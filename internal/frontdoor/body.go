@@ -1,4 +1,4 @@
-package router
+package frontdoor
 
 import (
 	"errors"
@@ -13,57 +13,68 @@ import (
 // bodyChunk is the first allocation of a body, and the least it grows by.
 const bodyChunk = 64 << 10
 
-// heldBody is a request body the router keeps until a replica began its
+// Body is a request body the router keeps until a replica began its
 // answer (until then the request may go to another replica), counted against
 // the router's bounds of bodies and their bytes for its model and namespace.
-type heldBody struct {
-	data  []byte
-	bytes holding
-	count holding
+type Body struct {
+	// Data is the body; nil once released.
+	Data  []byte
+	bytes Holding
+	count Holding
 }
 
-// release forgets the body and gives its share of the bounds back.
-func (b *heldBody) release() {
-	b.data = nil
-	b.bytes.release()
-	b.count.release()
+// Release forgets the body and gives its share of the bounds back.
+func (b *Body) Release() {
+	b.Data = nil
+	b.bytes.Release()
+	b.count.Release()
 }
 
-// toModel counts the body against the model its request names, once read.
-func (b *heldBody) toModel(model string) string {
-	if refusal := b.count.toModel(model); refusal != "" {
+// ToModel counts the body against the model its request names, once read.
+func (b *Body) ToModel(model string) string {
+	if refusal := b.count.ToModel(model); refusal != "" {
 		return refusal
 	}
-	return b.bytes.toModel(model)
+	return b.bytes.ToModel(model)
 }
 
-// readBody reads the request's body within the bounds of key (a model, or a
+// BodyLimits bound the bodies a front door reads.
+type BodyLimits struct {
+	// MaxBytes bounds one body.
+	MaxBytes int64
+	// ReadTimeout bounds the reading of one.
+	ReadTimeout time.Duration
+	// Bytes bounds the bytes of the bodies held at once, Count the bodies.
+	Bytes, Count *Quota
+}
+
+// ReadBody reads the request's body within the bounds of key (a model, or a
 // namespace whose address the request came to) and the read timeout. The
 // bytes are counted as they arrive, in what is allocated for them, not as
 // the request declares them: a client that declares 8 MiB and trickles a few
 // bytes holds a few KiB. A non-zero status is the answer when the body cannot
 // be taken.
-func (rt *Router) readBody(w http.ResponseWriter, r *http.Request, key types.NamespacedName) (body *heldBody, status int, message string) {
-	body = &heldBody{bytes: holding{q: rt.bodyBytes, key: key}, count: holding{q: rt.bodies, key: key}}
+func ReadBody(w http.ResponseWriter, r *http.Request, key types.NamespacedName, limits BodyLimits) (body *Body, status int, message string) {
+	body = &Body{bytes: limits.Bytes.Hold(key), count: limits.Count.Hold(key)}
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return body, 0, ""
 	}
-	limit := rt.opts.MaxBodyBytes
+	limit := limits.MaxBytes
 	if r.ContentLength > limit {
 		return body, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is %d bytes, over the router's %d", r.ContentLength, limit)
 	}
-	if refusal := body.count.grow(1); refusal != "" {
+	if refusal := body.count.Grow(1); refusal != "" {
 		return body, http.StatusTooManyRequests, refusal + "; try again"
 	}
 	// What is not read is not worth waiting for: after a refusal the
 	// connection closes rather than reading on (the deadline stays passed).
-	fail := func(status int, message string) (*heldBody, int, string) {
+	fail := func(status int, message string) (*Body, int, string) {
 		w.Header().Set("Connection", "close")
-		body.release()
+		body.Release()
 		return body, status, message
 	}
 	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(rt.opts.BodyReadTimeout))
+	_ = rc.SetReadDeadline(time.Now().Add(limits.ReadTimeout))
 	var data []byte
 	for {
 		if len(data) == cap(data) {
@@ -75,7 +86,7 @@ func (rt *Router) readBody(w http.ResponseWriter, r *http.Request, key types.Nam
 			if r.ContentLength > 0 {
 				grown = min(grown, r.ContentLength)
 			}
-			if refusal := body.bytes.grow(grown - int64(cap(data))); refusal != "" {
+			if refusal := body.bytes.Grow(grown - int64(cap(data))); refusal != "" {
 				return fail(http.StatusTooManyRequests, refusal+"; try again")
 			}
 			next := make([]byte, len(data), grown)
@@ -91,10 +102,10 @@ func (rt *Router) readBody(w http.ResponseWriter, r *http.Request, key types.Nam
 			break
 		}
 		if err != nil {
-			return fail(http.StatusRequestTimeout, fmt.Sprintf("reading the request body within %s: %v", rt.opts.BodyReadTimeout, err))
+			return fail(http.StatusRequestTimeout, fmt.Sprintf("reading the request body within %s: %v", limits.ReadTimeout, err))
 		}
 	}
 	_ = rc.SetReadDeadline(time.Time{})
-	body.data = data
+	body.Data = data
 	return body, 0, ""
 }

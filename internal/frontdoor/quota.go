@@ -1,4 +1,8 @@
-package router
+// Package frontdoor is what the request path's two front doors, the router
+// and the activator, share to take a request: bounds of what they hold, in
+// all, per namespace and per model, and a request body read within them as
+// its bytes arrive.
+package frontdoor
 
 import (
 	"fmt"
@@ -7,11 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// quota bounds one thing the router holds (bytes of request bodies, bodies
+// Quota bounds one thing the router holds (bytes of request bodies, bodies
 // being read or kept, requests in the router) in total, per namespace and per
 // model, so that one tenant, or one tenant's slow engine, can take no more
 // than its share and never lock the others out.
-type quota struct {
+type Quota struct {
 	// what names the thing, for the message of a refusal.
 	what string
 	// total, perNamespace and perModel are the bounds.
@@ -23,16 +27,18 @@ type quota struct {
 	byModel     map[types.NamespacedName]int64
 }
 
-func newQuota(what string, total int64, namespaceShare, modelShare float64) *quota {
+// NewQuota bounds what at total, a namespace at namespaceShare of it and a
+// model at modelShare of it.
+func NewQuota(what string, total int64, namespaceShare, modelShare float64) *Quota {
 	share := func(s float64) int64 { return max(1, int64(float64(total)*s)) }
-	return &quota{what: what, total: total, perNamespace: share(namespaceShare), perModel: share(modelShare),
+	return &Quota{what: what, total: total, perNamespace: share(namespaceShare), perModel: share(modelShare),
 		byNamespace: map[string]int64{}, byModel: map[types.NamespacedName]int64{}}
 }
 
 // take adds n for key (a model, or a namespace alone when key.Name is empty)
 // when every bound it counts against keeps; else it takes nothing and says
 // which bound is reached.
-func (q *quota) take(key types.NamespacedName, n int64) (refusal string) {
+func (q *Quota) take(key types.NamespacedName, n int64) (refusal string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	switch {
@@ -51,8 +57,12 @@ func (q *quota) take(key types.NamespacedName, n int64) (refusal string) {
 	return ""
 }
 
+// Hold is an empty holding of the quota for key (a model, or a namespace
+// alone while the request has not named its model).
+func (q *Quota) Hold(key types.NamespacedName) Holding { return Holding{q: q, key: key} }
+
 // give returns n taken for key.
-func (q *quota) give(key types.NamespacedName, n int64) {
+func (q *Quota) give(key types.NamespacedName, n int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.used -= n
@@ -66,15 +76,15 @@ func (q *quota) give(key types.NamespacedName, n int64) {
 	}
 }
 
-// holding is what one request holds of a quota, given back once.
-type holding struct {
-	q   *quota
+// Holding is what one request holds of a quota, given back once.
+type Holding struct {
+	q   *Quota
 	key types.NamespacedName
 	n   int64
 }
 
-// grow takes n more for the holding; the refusal when a bound is reached.
-func (h *holding) grow(n int64) string {
+// Grow takes n more for the holding; the refusal when a bound is reached.
+func (h *Holding) Grow(n int64) string {
 	if refusal := h.q.take(h.key, n); refusal != "" {
 		return refusal
 	}
@@ -82,10 +92,10 @@ func (h *holding) grow(n int64) string {
 	return ""
 }
 
-// toModel counts the holding of a namespace against one of its models too,
+// ToModel counts the holding of a namespace against one of its models too,
 // once the body named it: the refusal, with nothing changed, when the model
 // is past its share.
-func (h *holding) toModel(model string) string {
+func (h *Holding) ToModel(model string) string {
 	if h.key.Name != "" {
 		return ""
 	}
@@ -101,8 +111,8 @@ func (h *holding) toModel(model string) string {
 	return ""
 }
 
-// release gives everything back; later calls do nothing.
-func (h *holding) release() {
+// Release gives everything back; later calls do nothing.
+func (h *Holding) Release() {
 	if h.q != nil && h.n > 0 {
 		h.q.give(h.key, h.n)
 	}
