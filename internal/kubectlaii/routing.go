@@ -38,6 +38,15 @@ type RoutingReport struct {
 	// PrefixHitShare is the router's estimate of the prompt blocks that met
 	// a replica holding them; -1 when it routed none.
 	PrefixHitShare float64 `json:"prefixHitShare"`
+	// Ejected are the replicas a router pod has taken out of the picking
+	// for failing their answers, with the router pods that did.
+	Ejected map[string][]string `json:"ejected,omitempty"`
+	// Shed counts the requests answered 429 while every replica was
+	// saturated, by priority and why (saturated, queue_full, for_room).
+	Shed map[string]float64 `json:"shed,omitempty"`
+	// Refused counts the requests answered 429 for the router's, the
+	// namespace's or the model's share of requests or of request bodies.
+	Refused map[string]float64 `json:"refused,omitempty"`
 }
 
 // EndpointRoutingReport is what one replica got from the router.
@@ -84,7 +93,7 @@ func (e *env) readRouting(obj *servingv1.AIInference) *RoutingReport {
 	if len(pods.Items) == 0 {
 		r.Unreadable = "no router pod found (install config/router or the chart's router.enabled)"
 	}
-	if err := routingFromMetrics(r, obj.Namespace, obj.Name, texts); err != nil {
+	if err := routingFromMetrics(r, obj.Namespace, obj.Name, texts, r.RouterPods); err != nil {
 		r.Unreadable = err.Error()
 	}
 	return r
@@ -119,8 +128,9 @@ func unreadableRouters(failures []error) string {
 	return "could not read the metrics of router pod(s) " + strings.Join(names, "; ") + " (" + strings.Join(todo, "; ") + ")"
 }
 
-// routingFromMetrics sums the router pods' metrics of one model into r.
-func routingFromMetrics(r *RoutingReport, namespace, name string, texts [][]byte) error {
+// routingFromMetrics sums the router pods' metrics of one model into r;
+// pods name the router pod each text was read from.
+func routingFromMetrics(r *RoutingReport, namespace, name string, texts [][]byte, pods []string) error {
 	byEndpoint := map[string]*EndpointRoutingReport{}
 	endpoint := func(ep string) *EndpointRoutingReport {
 		if byEndpoint[ep] == nil {
@@ -129,7 +139,16 @@ func routingFromMetrics(r *RoutingReport, namespace, name string, texts [][]byte
 		return byEndpoint[ep]
 	}
 	var blocks, hits float64
-	for _, text := range texts {
+	add := func(m *map[string]float64, key string, v float64) {
+		if v == 0 {
+			return
+		}
+		if *m == nil {
+			*m = map[string]float64{}
+		}
+		(*m)[key] += v
+	}
+	for i, text := range texts {
 		parser := expfmt.NewTextParser(model.UTF8Validation)
 		families, err := parser.TextToMetricFamilies(bytes.NewReader(text))
 		if err != nil {
@@ -147,6 +166,28 @@ func routingFromMetrics(r *RoutingReport, namespace, name string, texts [][]byte
 					ep.Picks = map[string]float64{}
 				}
 				ep.Picks[l["reason"]] += m.GetCounter().GetValue()
+			}
+		}
+		for _, m := range families["aiinference_router_ejected_endpoints"].GetMetric() {
+			if l := labels(m.GetLabel()); l["namespace"] == namespace && l["name"] == name && m.GetGauge().GetValue() > 0 {
+				if r.Ejected == nil {
+					r.Ejected = map[string][]string{}
+				}
+				pod := ""
+				if i < len(pods) {
+					pod = pods[i]
+				}
+				r.Ejected[l["endpoint"]] = append(r.Ejected[l["endpoint"]], pod)
+			}
+		}
+		for _, m := range families["aiinference_router_shed_requests_total"].GetMetric() {
+			if l := labels(m.GetLabel()); l["namespace"] == namespace && l["name"] == name {
+				add(&r.Shed, l["priority"]+" "+l["reason"], m.GetCounter().GetValue())
+			}
+		}
+		for _, m := range families["aiinference_router_refused_requests_total"].GetMetric() {
+			if l := labels(m.GetLabel()); l["namespace"] == namespace && l["name"] == name {
+				add(&r.Refused, l["reason"], m.GetCounter().GetValue())
 			}
 		}
 		for family, sum := range map[string]*float64{"aiinference_router_prefix_blocks_total": &blocks, "aiinference_router_prefix_hit_blocks_total": &hits} {
@@ -208,6 +249,20 @@ func writeRouting(out io.Writer, r *RoutingReport) {
 	_ = tw.Flush()
 	if r.PrefixHitShare >= 0 {
 		fmt.Fprintf(out, "  Estimated prefix hit share: %.1f%% of prompt blocks went to a replica that had them\n", 100*r.PrefixHitShare)
+	}
+	names := make([]string, 0, len(r.Ejected))
+	for ep := range r.Ejected {
+		names = append(names, ep)
+	}
+	slices.Sort(names)
+	for _, ep := range names {
+		fmt.Fprintf(out, "  Out of the picking for failing its answers: %s (by %s; events ReplicaEjected)\n", ep, strings.Join(r.Ejected[ep], ", "))
+	}
+	if len(r.Shed) > 0 {
+		fmt.Fprintf(out, "  Shed while every replica was saturated (429): %s\n", countsLine(r.Shed))
+	}
+	if len(r.Refused) > 0 {
+		fmt.Fprintf(out, "  Refused for a share of the router's bounds (429): %s\n", countsLine(r.Refused))
 	}
 }
 

@@ -39,9 +39,17 @@ aiinference_router_picks_total{namespace="ml",name="chat",endpoint="chat-2",reas
 aiinference_router_prefix_blocks_total{namespace="ml",name="chat"} 100
 # TYPE aiinference_router_prefix_hit_blocks_total counter
 aiinference_router_prefix_hit_blocks_total{namespace="ml",name="chat"} 90
+# TYPE aiinference_router_ejected_endpoints gauge
+aiinference_router_ejected_endpoints{namespace="ml",name="chat",endpoint="chat-3"} 1
+aiinference_router_ejected_endpoints{namespace="ml",name="chat",endpoint="chat-2"} 0
+# TYPE aiinference_router_shed_requests_total counter
+aiinference_router_shed_requests_total{namespace="ml",name="chat",priority="Sheddable",reason="saturated"} 4
+# TYPE aiinference_router_refused_requests_total counter
+aiinference_router_refused_requests_total{namespace="ml",name="chat",reason="bodies"} 3
 `
 	r := &RoutingReport{Routed: true, RouterPods: []string{"aiinference-system/router-a", "aiinference-system/router-b"}, PrefixHitShare: -1}
-	g.Expect(routingFromMetrics(r, "ml", "chat", [][]byte{[]byte(podA), []byte(podB)})).To(Succeed())
+	g.Expect(routingFromMetrics(r, "ml", "chat", [][]byte{[]byte(podA), []byte(podB)}, r.RouterPods)).To(Succeed())
+	g.Expect(r.Ejected).To(Equal(map[string][]string{"chat-3": {"aiinference-system/router-b"}}))
 	g.Expect(r.Endpoints).To(Equal([]EndpointRoutingReport{
 		{Endpoint: "", Requests: map[string]float64{"429": 2}},
 		{Endpoint: "chat-1", Requests: map[string]float64{"200": 40}, Picks: map[string]float64{"prefix": 25, "hash": 5}},
@@ -52,12 +60,13 @@ aiinference_router_prefix_hit_blocks_total{namespace="ml",name="chat"} 90
 	var out bytes.Buffer
 	writeRouting(&out, r)
 	text := out.String()
-	for _, want := range []string{"Routing: on; the Service leads to the router (2 pod(s) read)", "(none: answered by the router)  2", "chat-1", "200 40", "hash 5, prefix 25", "Estimated prefix hit share: 75.0%"} {
+	for _, want := range []string{"Routing: on; the Service leads to the router (2 pod(s) read)", "(none: answered by the router)  2", "chat-1", "200 40", "hash 5, prefix 25", "Estimated prefix hit share: 75.0%",
+		"Out of the picking for failing its answers: chat-3 (by aiinference-system/router-b", "Sheddable saturated 4", "Refused for a share of the router's bounds (429): bodies 3"} {
 		g.Expect(text).To(ContainSubstring(want))
 	}
 	g.Expect(strings.Count(text, "\n")).To(BeNumerically(">=", 6))
 
-	g.Expect(routingFromMetrics(&RoutingReport{}, "ml", "chat", [][]byte{[]byte("not { metrics")})).To(MatchError(ContainSubstring("do not parse")))
+	g.Expect(routingFromMetrics(&RoutingReport{}, "ml", "chat", [][]byte{[]byte("not { metrics")}, nil)).To(MatchError(ContainSubstring("do not parse")))
 }
 
 // A router pod whose metrics the pod proxy did not bring: a refusal asks for
