@@ -16,6 +16,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/aiinference/operator/internal/nodecachespec"
@@ -522,6 +524,105 @@ func TestChartModelCache(t *testing.T) {
 	}
 	for _, bad := range []string{"modelCache.path=models", "modelCache.budget=lots", "modelCache.size=1Gi"} {
 		if out, err := run(t, helm, "template", "x", chart, "--set", "modelCache.enabled=true", "--set", bad); err == nil {
+			t.Errorf("--set %s rendered:\n%.300s", bad, out)
+		}
+	}
+}
+
+// TestChartRouterNetworkPolicy: with the router, a NetworkPolicy on its pods
+// by default that opens the requests port to every client and the metrics
+// port only to the operator's pods, the namespaces of
+// router.networkPolicy.metrics.namespaceSelector and its ipBlocks; an empty
+// selector admits no namespace (a namespaceSelector of {} would admit every
+// one); router.networkPolicy.enabled=false renders none, and the schema
+// refuses an ipBlock that is no CIDR.
+func TestChartRouterNetworkPolicy(t *testing.T) {
+	helm, _, root := tools(t)
+	chart := filepath.Join(root, "charts", "aiinference-operator")
+	const key = "NetworkPolicy ops/aiinference-router"
+	render := func(set ...string) map[string]map[string]any {
+		t.Helper()
+		args := []string{"template", "aiinference", chart, "--namespace", "ops", "--set", "router.enabled=true"}
+		for _, s := range set {
+			args = append(args, "--set", s)
+		}
+		out, err := run(t, helm, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return objects(t, out)
+	}
+	// policy parses the rendered policy's spec.
+	policy := func(objs map[string]map[string]any) *networkingv1.NetworkPolicySpec {
+		t.Helper()
+		obj := objs[key]
+		if obj == nil {
+			t.Fatalf("no %s", key)
+		}
+		data, err := yaml.Marshal(obj["spec"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := &networkingv1.NetworkPolicySpec{}
+		if err := yaml.UnmarshalStrict(data, spec); err != nil {
+			t.Fatal(err)
+		}
+		return spec
+	}
+	// portRule is the ingress rule of one port.
+	portRule := func(spec *networkingv1.NetworkPolicySpec, port int) networkingv1.NetworkPolicyIngressRule {
+		t.Helper()
+		var found []networkingv1.NetworkPolicyIngressRule
+		for _, r := range spec.Ingress {
+			for _, p := range r.Ports {
+				if p.Port != nil && p.Port.IntValue() == port {
+					found = append(found, r)
+				}
+			}
+		}
+		if len(found) != 1 {
+			t.Fatalf("port %d is in %d ingress rules, want 1: %+v", port, len(found), spec.Ingress)
+		}
+		return found[0]
+	}
+	operator := networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "aiinference-operator"}}}
+
+	spec := policy(render())
+	if diff := cmp.Diff(metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "aiinference-router"}}, spec.PodSelector); diff != "" {
+		t.Errorf("the policy's pods (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]networkingv1.PolicyType{networkingv1.PolicyTypeIngress}, spec.PolicyTypes); diff != "" {
+		t.Errorf("policyTypes (-want +got):\n%s", diff)
+	}
+	if requests := portRule(spec, 8080); len(requests.From) != 0 {
+		t.Errorf("the requests port admits only %+v, want every client", requests.From)
+	}
+	monitoring := networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}}}
+	if diff := cmp.Diff([]networkingv1.NetworkPolicyPeer{operator, monitoring}, portRule(spec, 9090).From); diff != "" {
+		t.Errorf("the metrics port's peers by default (-want +got):\n%s", diff)
+	}
+
+	spec = policy(render("router.networkPolicy.metrics.namespaceSelector.matchLabels.team=observability",
+		"router.networkPolicy.metrics.namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=null",
+		"router.networkPolicy.metrics.ipBlocks[0].cidr=10.0.0.10/32"))
+	want := []networkingv1.NetworkPolicyPeer{operator,
+		{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "observability"}}},
+		{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.10/32"}}}
+	if diff := cmp.Diff(want, portRule(spec, 9090).From); diff != "" {
+		t.Errorf("the metrics port's peers, set (-want +got):\n%s", diff)
+	}
+
+	for _, empty := range []string{"router.networkPolicy.metrics.namespaceSelector=null", "router.networkPolicy.metrics.namespaceSelector.matchLabels=null",
+		"router.networkPolicy.metrics.namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=null"} {
+		if diff := cmp.Diff([]networkingv1.NetworkPolicyPeer{operator}, portRule(policy(render(empty)), 9090).From); diff != "" {
+			t.Errorf("--set %s: the metrics port's peers (-want +got):\n%s", empty, diff)
+		}
+	}
+	if objs := render("router.networkPolicy.enabled=false"); objs[key] != nil {
+		t.Errorf("router.networkPolicy.enabled=false renders %s", key)
+	}
+	for _, bad := range []string{"router.networkPolicy.metrics.ipBlocks[0].cidr=10.0.0.10", "router.networkPolicy.metrics.ports={9091}"} {
+		if out, err := run(t, helm, "template", "x", chart, "--set", "router.enabled=true", "--set", bad); err == nil {
 			t.Errorf("--set %s rendered:\n%.300s", bad, out)
 		}
 	}
