@@ -3,18 +3,25 @@
 // operator points the model's Service at it (an EndpointSlice of its own beside
 // the Service's, to a port the activator opens for that model alone) while the
 // model is at zero and until a replica serves. A request is taken only from a
-// client the model's network policy lets reach its pods. It is held in a
-// bounded queue per model, and all models' held requests are bounded in count
-// and body bytes before a body is read; past a bound it is refused at once
-// (429), past the timeout it is answered 503, both with Retry-After.
-// A streaming request (`"stream": true`) gets its response headers at once and
-// an SSE comment every so often while it waits, so that proxies and clients do
-// not time it out. When the operator stops, held requests are answered 503 at
-// once: none hangs.
+// client the model's network policy lets reach its pods, checked before its
+// body is read.
+//
+// What requests hold is bounded as the router bounds it (internal/frontdoor):
+// the requests in the activator, the bodies being read or kept and their
+// bytes, each in all (MaxHeldTotal, MaxHeldBytes), per namespace
+// (NamespaceShare of it) and per model (ModelShare of it), so that one tenant
+// that floods, trickles its bodies or waits on a slow start fills its own
+// share, not the others'. A body's bytes are counted as they arrive, not as
+// its Content-Length declares them, and given back once the replica's answer
+// begins; each model's queue is bounded too (MaxHeld). Past a bound a request
+// is refused at once (429), past the timeout it is answered 503, both with
+// Retry-After. A streaming request (`"stream": true`) gets its response
+// headers at once and an SSE comment every so often while it waits, so that
+// proxies and clients do not time it out. When the operator stops, held
+// requests are answered 503 at once: none hangs.
 package activator
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,13 +30,15 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/aiinference/operator/internal/frontdoor"
 )
 
 // Resolver tells the activator about the models and where they are served.
@@ -53,12 +62,21 @@ type Options struct {
 	BindAddress string
 	// MaxHeld is how many requests per model may wait; more are refused (429).
 	MaxHeld int
-	// MaxHeldTotal is how many requests of all models may be held or read at
-	// once; more are refused (429).
+	// MaxHeldTotal is how many requests of all models may be in the activator
+	// at once, from their headers to the end of their answer (being checked,
+	// read, held or passed on); more are refused (429).
 	MaxHeldTotal int
-	// MaxHeldBytes bounds the request bodies of all models held at once; a
-	// request whose body does not fit is refused (429) before it is read.
+	// MaxHeldBytes bounds the bytes of the request bodies of all models read
+	// or kept at once, counted as they arrive, not as declared: a body that
+	// no longer fits is cut (429), and a client that declares 8 MiB and
+	// trickles holds what it sent.
 	MaxHeldBytes int64
+	// NamespaceShare and ModelShare are how much of MaxHeldTotal and of
+	// MaxHeldBytes (and of the bodies being read, bounded by MaxHeldTotal
+	// too) one namespace's models, and one model, may hold: a tenant that
+	// floods, trickles or waits long fills its own share, not the others'.
+	// 0.5 and 0.25 by default, as the router's.
+	NamespaceShare, ModelShare float64
 	// Timeout is how long a request waits for a replica before it is answered 503.
 	Timeout time.Duration
 	// BodyTimeout is how long a client may take to send its request's body; a
@@ -68,7 +86,8 @@ type Options struct {
 	Keepalive time.Duration
 	// Poll is how often a waiting request looks for a serving replica.
 	Poll time.Duration
-	// MaxBody bounds the request body the activator reads and keeps to replay.
+	// MaxBody bounds the request body the activator reads and keeps to replay;
+	// at most a model's share of MaxHeldBytes.
 	MaxBody int64
 	// Metrics records the held requests; nil: none.
 	Metrics *Metrics
@@ -84,6 +103,9 @@ const (
 	DefaultKeepalive    = 15 * time.Second
 	DefaultPoll         = 100 * time.Millisecond
 	DefaultMaxBody      = 8 << 20
+	// DefaultNamespaceShare and DefaultModelShare are the router's.
+	DefaultNamespaceShare = 0.5
+	DefaultModelShare     = 0.25
 	// PortSpan is how many ports from BindAddress's the models at zero may take.
 	PortSpan = 1000
 )
@@ -113,8 +135,16 @@ func (o Options) withDefaults() Options {
 	if o.MaxBody <= 0 {
 		o.MaxBody = DefaultMaxBody
 	}
-	if o.MaxBody > o.MaxHeldBytes {
-		o.MaxBody = o.MaxHeldBytes
+	if o.NamespaceShare <= 0 || o.NamespaceShare > 1 {
+		o.NamespaceShare = DefaultNamespaceShare
+	}
+	if o.ModelShare <= 0 || o.ModelShare > 1 {
+		o.ModelShare = DefaultModelShare
+	}
+	// A body must fit in its model's share of the bytes, with the byte past
+	// MaxBody that a body of no declared length is read to, to tell it is over.
+	if share := int64(float64(o.MaxHeldBytes) * o.ModelShare); o.MaxBody >= share {
+		o.MaxBody = max(1, share-1)
 	}
 	return o
 }
@@ -127,12 +157,13 @@ type Activator struct {
 	wake func(types.NamespacedName)
 	log  logr.Logger
 
+	// requests, bodies and bodyBytes bound what the requests hold, in all,
+	// per namespace and per model: the requests in the activator, and the
+	// bodies being read or kept and their bytes.
+	requests, bodies, bodyBytes *frontdoor.Quota
+
 	mu   sync.Mutex
 	held map[types.NamespacedName]int
-	// inFlight and inFlightBytes are the requests of all models being checked,
-	// read or held, and the body bytes reserved for them.
-	inFlight      int
-	inFlightBytes int64
 	// models are the ports open for the models at zero.
 	models map[types.NamespacedName]*modelPort
 	// stopping is closed when the operator stops: held requests are answered.
@@ -149,8 +180,13 @@ type modelPort struct {
 
 // New makes an activator; wake is called with the model of each request it holds.
 func New(opts Options, resolver Resolver, wake func(types.NamespacedName), log logr.Logger) *Activator {
-	return &Activator{opts: opts.withDefaults(), resolver: resolver, wake: wake, log: log,
-		held: map[types.NamespacedName]int{}, models: map[types.NamespacedName]*modelPort{}, stopping: make(chan struct{})}
+	opts = opts.withDefaults()
+	total := int64(opts.MaxHeldTotal)
+	return &Activator{opts: opts, resolver: resolver, wake: wake, log: log,
+		requests:  frontdoor.NewQuota("requests", total, opts.NamespaceShare, opts.ModelShare),
+		bodies:    frontdoor.NewQuota("request bodies", total, opts.NamespaceShare, opts.ModelShare),
+		bodyBytes: frontdoor.NewQuota("bytes of request bodies", opts.MaxHeldBytes, opts.NamespaceShare, opts.ModelShare),
+		held:      map[types.NamespacedName]int{}, models: map[types.NamespacedName]*modelPort{}, stopping: make(chan struct{})}
 }
 
 // Held is how many requests for the model wait now, or are being passed on
@@ -235,42 +271,37 @@ func (a *Activator) isOpen(key types.NamespacedName) bool {
 func (a *Activator) Stop() { a.stopOnce.Do(func() { close(a.stopping) }) }
 
 // serve holds a request that came on the model's port until a replica of the
-// model serves, then passes it on. What it costs in memory is bounded before
-// the body is read.
+// model serves, then passes it on. The client is checked against the model's
+// policy before its body is read.
 func (a *Activator) serve(w http.ResponseWriter, r *http.Request, key types.NamespacedName) {
 	if !a.isOpen(key) {
 		refuse(w, http.StatusServiceUnavailable, 1, fmt.Sprintf("%s no longer waits for a replica; send the request again", key))
 		return
 	}
-	reserved := r.ContentLength
-	if reserved < 0 {
-		reserved = a.opts.MaxBody // the size is not told: the most it may be
-	}
-	if reserved > a.opts.MaxBody {
-		http.Error(w, fmt.Sprintf("the request body is over %d bytes, more than the activator holds", a.opts.MaxBody), http.StatusRequestEntityTooLarge)
-		return
-	}
-	if !a.reserve(reserved) {
+	// The request counts from now: the checks and the body's read are
+	// bounded as the wait is.
+	inActivator := a.requests.Hold(key)
+	if refusal := inActivator.Grow(1); refusal != "" {
 		a.opts.Metrics.ended(resultFull, 0)
-		refuse(w, http.StatusTooManyRequests, 5, "the activator holds as many requests as it may for the models at zero; try again")
+		refuse(w, http.StatusTooManyRequests, 5, asActivator(refusal)+"; try again")
 		return
 	}
-	defer a.unreserve(reserved)
+	defer inActivator.Release()
 	if ok, why := a.admit(r, key); !ok {
 		http.Error(w, why, http.StatusForbidden)
 		return
 	}
-	body, err := a.readBody(w, r, reserved)
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		switch {
-		case errors.As(err, &tooLarge):
-			http.Error(w, fmt.Sprintf("the request body is over %d bytes, more than the activator holds", a.opts.MaxBody), http.StatusRequestEntityTooLarge)
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			http.Error(w, fmt.Sprintf("the request body did not come within %s", a.opts.BodyTimeout), http.StatusRequestTimeout)
-		default:
-			http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
-		}
+	body, status, msg := frontdoor.ReadBody(w, r, key, frontdoor.BodyLimits{
+		MaxBytes: a.opts.MaxBody, ReadTimeout: a.opts.BodyTimeout, Bytes: a.bodyBytes, Count: a.bodies})
+	defer body.Release()
+	switch status {
+	case 0:
+	case http.StatusTooManyRequests:
+		a.opts.Metrics.ended(resultFull, 0)
+		refuse(w, status, 5, asActivator(msg))
+		return
+	default:
+		http.Error(w, asActivator(msg), status)
 		return
 	}
 	if !a.hold(key) {
@@ -280,7 +311,7 @@ func (a *Activator) serve(w http.ResponseWriter, r *http.Request, key types.Name
 	}
 	defer a.release(key)
 	a.wake(key)
-	if streaming(body) {
+	if streaming(body.Data) {
 		a.serveStream(w, r, key, body)
 		return
 	}
@@ -290,6 +321,13 @@ func (a *Activator) serve(w http.ResponseWriter, r *http.Request, key types.Name
 		return
 	}
 	proxy(w, r, backend, body)
+}
+
+// asActivator words a message of internal/frontdoor, which names the router,
+// as the activator's: the client talks to the activator. (Namespace and model
+// names hold no space, so "the router" names the front door only.)
+func asActivator(message string) string {
+	return strings.ReplaceAll(message, "the router", "the activator")
 }
 
 // admit asks the resolver whether the client may reach the model; an error
@@ -306,51 +344,6 @@ func (a *Activator) admit(r *http.Request, key types.NamespacedName) (bool, stri
 		return false, fmt.Sprintf("the activator could not check %s against the network policy of %s; try again", ip, key)
 	}
 	return ok, why
-}
-
-// readBody reads the request's body, within MaxBody bytes and BodyTimeout:
-// a client that trickles its body is cut. size is the body's length when told.
-func (a *Activator) readBody(w http.ResponseWriter, r *http.Request, size int64) ([]byte, error) {
-	rc := http.NewResponseController(w)
-	if err := rc.SetReadDeadline(time.Now().Add(a.opts.BodyTimeout)); err != nil {
-		return nil, err
-	}
-	limited := http.MaxBytesReader(w, r.Body, a.opts.MaxBody)
-	var body []byte
-	var err error
-	if size == r.ContentLength {
-		// The size is told (and the server reads no more): one buffer of it.
-		body = make([]byte, size)
-		_, err = io.ReadFull(limited, body)
-	} else {
-		body, err = io.ReadAll(limited)
-	}
-	if err != nil {
-		return nil, err
-	}
-	// No deadline while the request waits: the server's read past the body
-	// (which notices a client going away) must not end the wait.
-	return body, rc.SetReadDeadline(time.Time{})
-}
-
-// reserve counts a request of all models and its body's bytes, or tells that
-// they do not fit.
-func (a *Activator) reserve(bytes int64) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.inFlight >= a.opts.MaxHeldTotal || a.inFlightBytes+bytes > a.opts.MaxHeldBytes {
-		return false
-	}
-	a.inFlight++
-	a.inFlightBytes += bytes
-	return true
-}
-
-func (a *Activator) unreserve(bytes int64) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.inFlight--
-	a.inFlightBytes -= bytes
 }
 
 // resultOf names how a wait ended, for the metrics.
@@ -444,24 +437,77 @@ func streaming(body []byte) bool {
 	return json.Unmarshal(body, &req) == nil && req.Stream
 }
 
-// proxy passes the request on to backend, with the body read before.
-func proxy(w http.ResponseWriter, r *http.Request, backend string, body []byte) {
+// proxy passes the request on to backend, with the body read before; the
+// body is let go once the replica's answer begins.
+func proxy(w http.ResponseWriter, r *http.Request, backend string, body *frontdoor.Body) {
+	sent := newReplay(body.Data)
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", backend
-			pr.Out.Body = io.NopCloser(bytes.NewReader(body))
-			pr.Out.ContentLength = int64(len(body))
+			pr.Out.Body, pr.Out.ContentLength = sent.body()
 			pr.SetXForwarded()
+		},
+		ModifyResponse: func(*http.Response) error {
+			sent.forget()
+			body.Release()
+			return nil
 		},
 		FlushInterval: -1, // streamed answers go out as they come
 	}
 	rp.ServeHTTP(w, r)
 }
 
+// replay is a held request body as it is sent to the replica. It holds the
+// only reference to the body's bytes once the replica's answer begins (the
+// transport keeps the request until the answer ends, the proxy its Rewrite):
+// forget drops them, so that their memory goes with their share of the
+// bounds, not at the end of a long answer.
+type replay struct {
+	mu   sync.Mutex
+	data []byte
+	size int64
+}
+
+func newReplay(data []byte) *replay { return &replay{data: data, size: int64(len(data))} }
+
+// body is what a request to the replica carries.
+func (b *replay) body() (io.ReadCloser, int64) {
+	if b.size == 0 {
+		return http.NoBody, 0
+	}
+	return b, b.size
+}
+
+func (b *replay) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.data) == 0 {
+		b.data = nil
+		return 0, io.EOF
+	}
+	n := copy(p, b.data)
+	b.data = b.data[n:]
+	return n, nil
+}
+
+// Close is the transport's: the body is sent, or never will be.
+func (b *replay) Close() error {
+	b.forget()
+	return nil
+}
+
+// forget drops what is left of the body; a replica that answered before it
+// read it all gets no more.
+func (b *replay) forget() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.data = nil
+}
+
 // serveStream answers a streaming request: the headers at once, an SSE comment
 // at each keepalive while no replica serves, then the replica's events, or an
 // error event when none came.
-func (a *Activator) serveStream(w http.ResponseWriter, r *http.Request, key types.NamespacedName, body []byte) {
+func (a *Activator) serveStream(w http.ResponseWriter, r *http.Request, key types.NamespacedName, body *frontdoor.Body) {
 	flusher, _ := w.(http.Flusher)
 	flush := func() {
 		if flusher != nil {
@@ -484,13 +530,17 @@ func (a *Activator) serveStream(w http.ResponseWriter, r *http.Request, key type
 		}
 		return
 	}
-	out, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+backend+r.URL.RequestURI(), bytes.NewReader(body))
+	sent := newReplay(body.Data)
+	out, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+backend+r.URL.RequestURI(), nil)
 	if err != nil {
 		writeErrorEvent(w, http.StatusBadGateway, err.Error())
 		return
 	}
+	out.Body, out.ContentLength = sent.body()
 	out.Header = r.Header.Clone()
 	resp, err := http.DefaultTransport.RoundTrip(out)
+	sent.forget() // the answer began, or never will
+	body.Release()
 	if err != nil {
 		writeErrorEvent(w, http.StatusBadGateway, "the replica did not answer: "+err.Error())
 		flush()

@@ -18,6 +18,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/aiinference/operator/internal/frontdoor"
 )
 
 var model = types.NamespacedName{Namespace: "ml", Name: "llm"}
@@ -265,8 +267,9 @@ func heapBytes() uint64 {
 }
 
 // The attack of issue 35: 110 clients POST 8 MB each, at once, to a model at
-// zero. The bodies held stay within MaxHeldBytes (the rest are refused before
-// their body is read), and the memory is given back once the clients leave.
+// zero. The bodies held stay within the model's share of MaxHeldBytes (the
+// rest are cut as their bytes pass it), and the memory is given back once
+// the clients leave.
 // Before the bound (each body read in full, then the queue's count checked),
 // the heap grew by 880 MB.
 func TestManyHeavyBodiesStayWithinTheBound(t *testing.T) {
@@ -316,7 +319,7 @@ func TestManyHeavyBodiesStayWithinTheBound(t *testing.T) {
 	if grew > 2*DefaultMaxHeldBytes {
 		t.Errorf("the heap grew by %d MB for the bodies, over twice the bound of %d MB", grew>>20, DefaultMaxHeldBytes>>20)
 	}
-	if max := int32(DefaultMaxHeldBytes / size); held.Load() > max || held.Load()+refused.Load() != clients {
+	if max := int32(DefaultMaxHeldBytes * DefaultModelShare / size); held.Load() > max || held.Load()+refused.Load() != clients {
 		t.Errorf("%d held (at most %d fit), %d refused, of %d", held.Load(), max, refused.Load(), clients)
 	}
 	requests, bytes := reservedAfterAWhile(a)
@@ -359,17 +362,234 @@ func TestATrickledBodyIsCut(t *testing.T) {
 	}
 }
 
-// reservedAfterAWhile is what the activator reserves once the handlers of the
-// requests answered have returned (within a second).
+// reservedAfterAWhile is what the activator holds for the model once the
+// handlers of the requests answered have returned (within a second).
 func reservedAfterAWhile(a *Activator) (requests int, bytes int64) {
 	for range 100 {
-		a.mu.Lock()
-		requests, bytes = a.inFlight, a.inFlightBytes
-		a.mu.Unlock()
+		requests, bytes = int(heldOf(a, a.requests, model)), heldOf(a, a.bodyBytes, model)
 		if requests == 0 && bytes == 0 {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	return requests, bytes
+}
+
+// heldOf is what key holds of q, one of a's quotas, while no other model
+// holds any: its share less what it may still take, found by taking and
+// giving back (the quota tells no more).
+func heldOf(a *Activator, q *frontdoor.Quota, key types.NamespacedName) int64 {
+	total := int64(a.opts.MaxHeldTotal)
+	if q == a.bodyBytes {
+		total = a.opts.MaxHeldBytes
+	}
+	share := max(1, int64(float64(total)*a.opts.ModelShare))
+	free, most := int64(0), share
+	for free < most {
+		n := (free + most + 1) / 2
+		h := q.Hold(key)
+		if h.Grow(n) == "" {
+			free = n
+		} else {
+			most = n - 1
+		}
+		h.Release()
+	}
+	return share - free
+}
+
+// answer is what a client sent in the background got.
+type answer struct {
+	status int
+	header http.Header
+	body   string
+	err    error
+}
+
+// post sends a request in the background; its answer comes on the channel.
+func post(url, body string) <-chan answer {
+	got := make(chan answer, 1)
+	go func() {
+		resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			got <- answer{err: err}
+			return
+		}
+		data, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		got <- answer{status: resp.StatusCode, header: resp.Header, body: string(data)}
+	}()
+	return got
+}
+
+// countingEngine is an engine that counts the requests it saw.
+func countingEngine(t *testing.T) (string, *atomic.Int32) {
+	seen := &atomic.Int32{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		_, _ = io.WriteString(w, "served "+r.URL.Path+" "+string(body))
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://"), seen
+}
+
+// waitFor polls cond for up to two seconds.
+func waitFor(cond func() bool) bool {
+	for range 200 {
+		if cond() {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return cond()
+}
+
+// 32 clients declare 8 MiB bodies for one model and trickle them. Their
+// bodies are counted as their bytes arrive: they hold a chunk each, not the
+// 8 MiB they declared, and a request for another namespace's model is held
+// and served beside them. Before (the declared length reserved at once), 8
+// of them took the 64 MiB bound, 24 were refused, and so was the other model.
+func TestTrickledBodiesDoNotLockOutAnotherNamespace(t *testing.T) {
+	a, res, url, _ := start(t, Options{})
+	other := types.NamespacedName{Namespace: "other", Name: "m"}
+	otherURL := open(t, a, other)
+	runtime.GC()
+	base := heapBytes()
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	for range 32 {
+		c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		_, _ = fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: llm\r\nContent-Length: %d\r\n\r\n{\"model\":\"llm\",", 8<<20)
+	}
+	if !waitFor(func() bool { return heldOf(a, a.bodies, model) == 32 }) {
+		t.Errorf("%d of 32 trickled bodies are being read", heldOf(a, a.bodies, model))
+	}
+	if held := heldOf(a, a.bodyBytes, model); held > 32*64<<10 {
+		t.Errorf("32 trickled bodies are counted as %d KiB, %d KiB each", held>>10, held/32>>10)
+	}
+	answered := 0
+	for _, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+		if n, _ := c.Read(make([]byte, 1)); n > 0 {
+			answered++
+		}
+	}
+	if answered != 0 {
+		t.Errorf("%d of 32 trickled requests were answered (refused) before their body came", answered)
+	}
+	runtime.GC()
+	if grew := int64(heapBytes()) - int64(base); grew > 32*128<<10 {
+		t.Errorf("32 trickled bodies hold %d KiB, %d KiB each", grew>>10, grew/32>>10)
+	}
+	backend, seen := countingEngine(t)
+	got := post(otherURL, `{"model":"m"}`)
+	if !waitFor(func() bool { return a.Held(other) == 1 }) {
+		t.Errorf("the request for %s is not held", other)
+	}
+	res.set(backend)
+	select {
+	case ans := <-got:
+		if ans.err != nil || ans.status != http.StatusOK || ans.body != `served /v1/completions {"model":"m"}` || seen.Load() != 1 {
+			t.Errorf("the request for %s beside the trickles: %d %q %v", other, ans.status, ans.body, ans.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("the request for %s was not answered", other)
+	}
+}
+
+// One namespace's models hold at most the namespace's share of the requests
+// held (half of MaxHeldTotal), one model a quarter: another namespace's
+// requests are still held. Before, ml's models took all 8 slots.
+func TestANamespaceHoldsItsShareOfTheHeldRequests(t *testing.T) {
+	a, _, _, _ := start(t, Options{MaxHeldTotal: 8, Timeout: 10 * time.Second})
+	var answers []<-chan answer
+	defer func() {
+		a.Stop()
+		for _, got := range answers {
+			<-got
+		}
+	}()
+	refused := 0
+	// send sends n requests for key and waits until each is held or answered.
+	send := func(key types.NamespacedName, n int) {
+		url := open(t, a, key)
+		for range n {
+			held := a.Held(key)
+			got := post(url, "{}")
+			ok := waitFor(func() bool {
+				if a.Held(key) > held {
+					answers = append(answers, got)
+					return true
+				}
+				select {
+				case ans := <-got:
+					if ans.status != http.StatusTooManyRequests || ans.header.Get("Retry-After") == "" {
+						t.Errorf("a request for %s past the bound: %d %q %v", key, ans.status, ans.body, ans.err)
+					}
+					refused++
+					return true
+				default:
+					return false
+				}
+			})
+			if !ok {
+				t.Fatalf("a request for %s was neither held nor answered", key)
+			}
+		}
+	}
+	mlA, mlB, mlC := types.NamespacedName{Namespace: "ml", Name: "a"}, types.NamespacedName{Namespace: "ml", Name: "b"}, types.NamespacedName{Namespace: "ml", Name: "c"}
+	x := types.NamespacedName{Namespace: "other", Name: "x"}
+	send(mlA, 3)
+	send(mlB, 3)
+	send(mlC, 1)
+	send(x, 2)
+	if a.Held(mlA) != 2 || a.Held(mlB) != 2 || a.Held(mlC) != 0 || a.Held(x) != 2 || refused != 3 {
+		t.Errorf("held ml/a %d, ml/b %d, ml/c %d (want 2, 2, 0: a model's share 2, the namespace's 4), other/x %d (want 2); %d refused (want 3)",
+			a.Held(mlA), a.Held(mlB), a.Held(mlC), a.Held(x), refused)
+	}
+}
+
+// A held body is let go once the replica's answer begins: a long answer
+// (a stream of tokens) holds a request of the bounds, not its body.
+func TestTheBodyIsLetGoOnceTheAnswerBegins(t *testing.T) {
+	for _, tc := range []struct{ name, body string }{
+		{"plain", `{"model":"llm","prompt":"` + strings.Repeat("x", 100<<10) + `"}`},
+		{"streaming", `{"model":"llm","stream":true,"prompt":"` + strings.Repeat("x", 100<<10) + `"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, res, url, _ := start(t, Options{})
+			finish := make(chan struct{})
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "text/event-stream")
+				_, _ = io.WriteString(w, "data: first\n\n")
+				w.(http.Flusher).Flush()
+				<-finish
+				_, _ = io.WriteString(w, "data: [DONE]\n\n")
+			}))
+			defer srv.Close()
+			defer close(finish)
+			res.set(strings.TrimPrefix(srv.URL, "http://"))
+			resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = resp.Body.Close() }()
+			lines := bufio.NewScanner(resp.Body)
+			for lines.Scan() && lines.Text() != "data: first" {
+			}
+			if requests, bodies, bytes := heldOf(a, a.requests, model), heldOf(a, a.bodies, model), heldOf(a, a.bodyBytes, model); requests != 1 || bodies != 0 || bytes != 0 {
+				t.Errorf("while the answer streams: %d requests, %d bodies of %d bytes held (want 1, 0, 0)", requests, bodies, bytes)
+			}
+		})
+	}
 }
