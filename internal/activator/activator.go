@@ -4,7 +4,9 @@
 // the Service's, to a port the activator opens for that model alone) while the
 // model is at zero and until a replica serves. A request is taken only from a
 // client the model's network policy lets reach its pods, checked before its
-// body is read.
+// body is read and again when a replica comes: a client the policy refuses by
+// then is answered 403 (an error event in a stream) and the replica never
+// sees its request.
 //
 // What requests hold is bounded as the router bounds it (internal/frontdoor):
 // the requests in the activator, the bodies being read or kept and their
@@ -49,6 +51,11 @@ type Resolver interface {
 	// the operator's address, which every model's policy lets in). When it may
 	// not, why is said to the client.
 	Admit(ctx context.Context, key types.NamespacedName, ip net.IP) (ok bool, why string, err error)
+	// Readmit tells whether a request held for the model may still be passed
+	// on, once a replica serves: the model's network policy lets the client
+	// reach its pods now. The model need no longer go to zero (a replica
+	// serves it); its policy may have changed while the request waited.
+	Readmit(ctx context.Context, key types.NamespacedName, ip net.IP) (ok bool, why string, err error)
 	// Backend is host:port of a serving replica of the model; "" while none serves.
 	Backend(ctx context.Context, key types.NamespacedName) (string, error)
 }
@@ -272,7 +279,7 @@ func (a *Activator) Stop() { a.stopOnce.Do(func() { close(a.stopping) }) }
 
 // serve holds a request that came on the model's port until a replica of the
 // model serves, then passes it on. The client is checked against the model's
-// policy before its body is read.
+// policy before its body is read, and again before the request is passed on.
 func (a *Activator) serve(w http.ResponseWriter, r *http.Request, key types.NamespacedName) {
 	if !a.isOpen(key) {
 		refuse(w, http.StatusServiceUnavailable, 1, fmt.Sprintf("%s no longer waits for a replica; send the request again", key))
@@ -287,7 +294,7 @@ func (a *Activator) serve(w http.ResponseWriter, r *http.Request, key types.Name
 		return
 	}
 	defer inActivator.Release()
-	if ok, why := a.admit(r, key); !ok {
+	if ok, why := a.admit(r, key, a.resolver.Admit); !ok {
 		http.Error(w, why, http.StatusForbidden)
 		return
 	}
@@ -315,12 +322,15 @@ func (a *Activator) serve(w http.ResponseWriter, r *http.Request, key types.Name
 		a.serveStream(w, r, key, body)
 		return
 	}
-	backend, status, why := a.waitForBackend(r.Context(), key, nil)
-	if backend == "" {
+	backend, status, why := a.waitForBackend(r, key, nil)
+	switch {
+	case backend != "":
+		proxy(w, r, backend, body)
+	case status == http.StatusForbidden:
+		http.Error(w, why, status)
+	default:
 		refuse(w, status, 10, why)
-		return
 	}
-	proxy(w, r, backend, body)
 }
 
 // asActivator words a message of internal/frontdoor, which names the router,
@@ -330,15 +340,17 @@ func asActivator(message string) string {
 	return strings.ReplaceAll(message, "the router", "the activator")
 }
 
-// admit asks the resolver whether the client may reach the model; an error
-// while finding out refuses it (the policy may not be known to let it in).
-func (a *Activator) admit(r *http.Request, key types.NamespacedName) (bool, string) {
+// admit asks the resolver (check: its Admit or Readmit) whether the client
+// may reach the model; an error while finding out refuses it (the policy may
+// not be known to let it in).
+func (a *Activator) admit(r *http.Request, key types.NamespacedName,
+	check func(context.Context, types.NamespacedName, net.IP) (bool, string, error)) (bool, string) {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	ip := net.ParseIP(host)
 	if err != nil || ip == nil {
 		return false, fmt.Sprintf("the client's address %q is not an IP address", r.RemoteAddr)
 	}
-	ok, why, err := a.resolver.Admit(r.Context(), key, ip)
+	ok, why, err := check(r.Context(), key, ip)
 	if err != nil {
 		a.log.Info("Refusing a request: its client could not be checked against the model's network policy", "aiinference", key, "client", ip.String(), "error", err.Error())
 		return false, fmt.Sprintf("the activator could not check %s against the network policy of %s; try again", ip, key)
@@ -353,6 +365,8 @@ func resultOf(status int) string {
 		return resultServed
 	case 499:
 		return resultGone
+	case http.StatusForbidden:
+		return resultRefused
 	}
 	return resultTimedOut
 }
@@ -377,9 +391,12 @@ func (a *Activator) release(key types.NamespacedName) {
 	a.opts.Metrics.setHeld(key, a.held[key])
 }
 
-// waitForBackend waits for a serving replica; "" with the status and reason
-// to answer when none came. tick, when not nil, is called at each keepalive.
-func (a *Activator) waitForBackend(ctx context.Context, key types.NamespacedName, tick func()) (backend string, status int, why string) {
+// waitForBackend waits for a serving replica, and checks the client against
+// the model's policy again once one serves; "" with the status and reason to
+// answer when none came or the client may no longer reach the model (403).
+// tick, when not nil, is called at each keepalive.
+func (a *Activator) waitForBackend(r *http.Request, key types.NamespacedName, tick func()) (backend string, status int, why string) {
+	ctx := r.Context()
 	begin := time.Now()
 	defer func() {
 		result := resultOf(status)
@@ -400,6 +417,10 @@ func (a *Activator) waitForBackend(ctx context.Context, key types.NamespacedName
 			a.log.V(1).Info("Looking for a serving replica", "aiinference", key, "error", err.Error())
 		}
 		if backend != "" {
+			if ok, why := a.admit(r, key, a.resolver.Readmit); !ok {
+				a.log.Info("Refusing a held request: the model's network policy no longer lets its client in", "aiinference", key, "why", why)
+				return "", http.StatusForbidden, why
+			}
 			return backend, 0, ""
 		}
 		select {
@@ -506,7 +527,7 @@ func (b *replay) forget() {
 
 // serveStream answers a streaming request: the headers at once, an SSE comment
 // at each keepalive while no replica serves, then the replica's events, or an
-// error event when none came.
+// error event when none came or the client may no longer reach the model.
 func (a *Activator) serveStream(w http.ResponseWriter, r *http.Request, key types.NamespacedName, body *frontdoor.Body) {
 	flusher, _ := w.(http.Flusher)
 	flush := func() {
@@ -519,7 +540,7 @@ func (a *Activator) serveStream(w http.ResponseWriter, r *http.Request, key type
 	w.WriteHeader(http.StatusOK)
 	_, _ = io.WriteString(w, ": waiting for a replica of the model to start\n\n")
 	flush()
-	backend, status, why := a.waitForBackend(r.Context(), key, func() {
+	backend, status, why := a.waitForBackend(r, key, func() {
 		_, _ = io.WriteString(w, ": still waiting for a replica\n\n")
 		flush()
 	})

@@ -40,6 +40,10 @@ func (s *stubResolver) Admit(_ context.Context, key types.NamespacedName, _ net.
 	return !s.refused, "the network policy of " + key.String() + " does not let this client in", nil
 }
 
+func (s *stubResolver) Readmit(ctx context.Context, key types.NamespacedName, ip net.IP) (bool, string, error) {
+	return s.Admit(ctx, key, ip)
+}
+
 func (s *stubResolver) Backend(context.Context, types.NamespacedName) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -555,6 +559,42 @@ func TestANamespaceHoldsItsShareOfTheHeldRequests(t *testing.T) {
 	if a.Held(mlA) != 2 || a.Held(mlB) != 2 || a.Held(mlC) != 0 || a.Held(x) != 2 || refused != 3 {
 		t.Errorf("held ml/a %d, ml/b %d, ml/c %d (want 2, 2, 0: a model's share 2, the namespace's 4), other/x %d (want 2); %d refused (want 3)",
 			a.Held(mlA), a.Held(mlB), a.Held(mlC), a.Held(x), refused)
+	}
+}
+
+// A request held while its model was at zero is checked against the model's
+// policy again when a replica comes: a client the policy refuses now is
+// answered 403 (an error event in a stream already begun), and the replica
+// never sees the request. Before, it was passed on.
+func TestAHeldRequestIsCheckedAgainWhenAReplicaComes(t *testing.T) {
+	for _, tc := range []struct{ name, body string }{
+		{"plain", `{"model":"llm"}`},
+		{"streaming", `{"model":"llm","stream":true}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, res, url, _ := start(t, Options{Keepalive: 50 * time.Millisecond})
+			backend, seen := countingEngine(t)
+			got := post(url, tc.body)
+			if !waitFor(func() bool { return a.Held(model) == 1 }) {
+				t.Fatal("the request is not held")
+			}
+			res.mu.Lock()
+			res.refused = true
+			res.mu.Unlock()
+			res.set(backend)
+			ans := <-got
+			switch {
+			case ans.err != nil:
+				t.Fatal(ans.err)
+			case tc.name == "plain" && (ans.status != http.StatusForbidden || !strings.Contains(ans.body, "network policy")):
+				t.Errorf("got %d: %s", ans.status, ans.body)
+			case tc.name == "streaming" && !strings.Contains(ans.body, `"code":403`):
+				t.Errorf("the stream: %q", ans.body)
+			}
+			if seen.Load() != 0 {
+				t.Errorf("the replica saw %d requests", seen.Load())
+			}
+		})
 	}
 }
 

@@ -25,13 +25,25 @@ type KubeResolver struct {
 // Admit lets a client in when the model may go to zero and its network policy
 // lets the client reach the pods.
 func (k KubeResolver) Admit(ctx context.Context, key types.NamespacedName, ip net.IP) (bool, string, error) {
+	return k.check(ctx, key, ip, true)
+}
+
+// Readmit lets a held request go on when the model's network policy lets the
+// client reach the pods now.
+func (k KubeResolver) Readmit(ctx context.Context, key types.NamespacedName, ip net.IP) (bool, string, error) {
+	return k.check(ctx, key, ip, false)
+}
+
+// check tells whether the model's network policy lets the client reach its
+// pods; toZero: and the model may go to zero.
+func (k KubeResolver) check(ctx context.Context, key types.NamespacedName, ip net.IP, toZero bool) (bool, string, error) {
 	obj := &servingv1.AIInference{}
 	if err := k.Reader.Get(ctx, key, obj); apierrors.IsNotFound(err) {
 		return false, fmt.Sprintf("%s is gone", key), nil
 	} else if err != nil {
 		return false, "", err
 	}
-	if a := obj.Spec.Autoscaling; a == nil || a.Min() > 0 {
+	if a := obj.Spec.Autoscaling; toZero && (a == nil || a.Min() > 0) {
 		return false, fmt.Sprintf("%s does not go to zero: the activator holds none of its requests", key), nil
 	}
 	if np := obj.Spec.NetworkPolicy; np == nil || !np.Enabled {

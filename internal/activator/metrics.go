@@ -21,6 +21,9 @@ const (
 	resultTimedOut = "timed_out"
 	resultStopping = "stopping"
 	resultGone     = "client_gone"
+	// resultRefused: a replica came, but the model's policy no longer lets
+	// the client in (403).
+	resultRefused = "refused"
 )
 
 // The activator's metric names.
@@ -39,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: heldMetric,
 			Help: "Requests the activator holds now for a model with no serving replica."}, []string{"namespace", "name"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: requestsMetric,
-			Help: "Requests the activator held, by how they ended: served, queue_full (429), timed_out (503), stopping (503), client_gone."}, []string{"result"}),
+			Help: "Requests the activator held, by how they ended: served, queue_full (429), timed_out (503), stopping (503), client_gone, refused (403: the policy changed while it waited)."}, []string{"result"}),
 		wait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: waitMetric,
 			Help:    "How long a served request waited in the activator for a replica: the cold start its client saw.",
 			Buckets: []float64{0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600}}),
