@@ -35,6 +35,9 @@ type flowQueue struct {
 	mu     sync.Mutex
 	band   [bands]flowBand
 	queued int
+	// released is set from a release until the released request was sent
+	// (or gave up): the next is weighed against the room that one took.
+	released bool
 }
 
 type flowBand struct {
@@ -148,12 +151,14 @@ func (q *flowQueue) leave(w *waiter) bool {
 }
 
 // release lets the next request go while saturated says there is room: the
-// highest band's next tenant in turn. It releases one: the released request
-// is sent before the next is weighed, so that the room it takes counts.
+// highest band's next tenant in turn. It releases one at a time: the
+// released request is sent (sent) before the next is weighed, so that the
+// room it takes counts; else a burst of releases would fill the engines'
+// queues before any reading showed it.
 func (q *flowQueue) release(saturated func() bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.queued == 0 || saturated() {
+	if q.queued == 0 || q.released || saturated() {
 		return
 	}
 	for i := range q.band {
@@ -166,9 +171,18 @@ func (q *flowQueue) release(saturated func() bool) {
 		w := t.waiters[0]
 		b.next++
 		q.remove(w)
+		q.released = true
 		close(w.ready)
 		return
 	}
+}
+
+// sent tells that the request released last was sent to a replica, or gave
+// up: the next may be weighed.
+func (q *flowQueue) sent() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.released = false
 }
 
 // length is how many requests wait, and how many of them in band.

@@ -32,6 +32,7 @@ func TestTheFlowQueueServesTenantsInTurnAndCriticalFirst(t *testing.T) {
 			case <-w.ready:
 				order = append(order, w.tenant)
 				w.ready = make(chan struct{}) // seen
+				q.sent()
 			default:
 			}
 		}

@@ -97,7 +97,7 @@ const (
 	DefaultModelShare          = 0.25
 	DefaultBodyReadTimeout     = 30 * time.Second
 	DefaultHeaderTimeout       = 10 * time.Minute
-	DefaultStreamHeaderTimeout = 30 * time.Second
+	DefaultStreamHeaderTimeout = 10 * time.Second
 	DefaultMaxRetries          = 2
 	DefaultRetryBudget         = 0.2
 	DefaultMinRetries          = 3

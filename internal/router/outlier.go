@@ -195,8 +195,12 @@ func (o SaturationOptions) withDefaults() SaturationOptions {
 
 // Saturated tells whether every replica the picker may pick among the
 // candidates is saturated: a request sent now would wait in an engine's
-// queue. Between readings, the requests sent to a replica whose engine
-// already queued, less those that ended, count as queued there too.
+// queue. Between readings (a second apart), the requests sent to a replica
+// since, less those that ended, count too: on top of its batch, once a
+// reading with a queue showed how many its engine runs at once, else on top
+// of a queue it already had. Without them, a flood sent in the second after
+// a reading without a queue would fill the engines' queues, and the fair
+// queues would order nothing.
 func (p *Picker) Saturated(candidates []Endpoint) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -212,13 +216,32 @@ func (p *Picker) Saturated(candidates []Endpoint) bool {
 	return true
 }
 
+// Unsaturated are the candidates that are not saturated; all of them when
+// every one is. A request the fair queues released goes to one with room.
+func (p *Picker) Unsaturated(candidates []Endpoint) []Endpoint {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []Endpoint
+	for _, e := range candidates {
+		if !p.saturated(e.Name) {
+			out = append(out, e)
+		}
+	}
+	if len(out) == 0 {
+		return candidates
+	}
+	return out
+}
+
 func (p *Picker) saturated(name string) bool {
 	r, ok := p.engine[name]
 	if !ok || p.now().Sub(r.At) >= p.opts.StaleAfter {
 		return false
 	}
 	waiting := r.Waiting
-	if waiting > 0 {
+	if batch, ok := p.batch[name]; ok {
+		waiting = r.Running + r.Waiting + float64(p.sinceReading[name]) - batch
+	} else if waiting > 0 {
 		waiting += float64(p.sinceReading[name])
 	}
 	return waiting >= p.opts.Saturation.QueueThreshold || r.KVCacheUsage >= p.opts.Saturation.KVCacheThreshold

@@ -136,8 +136,11 @@ type Picker struct {
 	// sinceReading counts, per replica, the requests sent there since its
 	// engine's last reading, less those that ended.
 	sinceReading map[string]int
-	health       map[string]*health
-	index        prefixIndex
+	// batch is, per replica, how many requests its engine ran at its last
+	// reading with a queue: the most it runs at once.
+	batch  map[string]float64
+	health map[string]*health
+	index  prefixIndex
 	// turn rotates the start of the least-loaded search, to spread ties.
 	turn int
 }
@@ -151,7 +154,7 @@ type ringPoint struct {
 func NewPicker(opts PickerOptions) *Picker {
 	opts = opts.withDefaults()
 	return &Picker{opts: opts, now: time.Now, inFlight: map[string]int{}, onRing: map[string]bool{}, engine: map[string]EngineLoad{},
-		sinceReading: map[string]int{}, health: map[string]*health{},
+		sinceReading: map[string]int{}, batch: map[string]float64{}, health: map[string]*health{},
 		index: prefixIndex{max: opts.IndexBlocks, entries: map[uint64]*list.Element{}, order: list.New()}}
 }
 
@@ -390,6 +393,9 @@ func (p *Picker) SetEngineLoad(name string, l EngineLoad) {
 	defer p.mu.Unlock()
 	p.engine[name] = l
 	p.sinceReading[name] = 0
+	if l.Waiting > 0 && l.Running > 0 {
+		p.batch[name] = l.Running
+	}
 }
 
 // Forget drops what the picker holds of replicas no longer among names.
@@ -414,6 +420,7 @@ func (p *Picker) Forget(names []string) {
 	for name := range p.sinceReading {
 		if !slices.Contains(names, name) {
 			delete(p.sinceReading, name)
+			delete(p.batch, name)
 		}
 	}
 	p.ring = slices.DeleteFunc(p.ring, func(pt ringPoint) bool { return !p.onRing[pt.name] })

@@ -22,19 +22,29 @@ import (
 // prefix index) and its replicas are read.
 const forgetAfter = 10 * time.Minute
 
+// saturatedScrapes is how many times more often the replicas of a model
+// whose requests wait for room are read: the fair queues release requests by
+// the engines' queues, and a reading a second old lets a flood fill them
+// first (llm-d reads its engines every 50 ms).
+const saturatedScrapes = 10
+
 // scrapeEngines reads the load of every replica of the models routed to
-// lately, each interval, until ctx ends; models idle for forgetAfter are
-// forgotten.
+// lately, each interval, and of the models whose requests wait for room ten
+// times as often, until ctx ends; models idle for forgetAfter are forgotten.
 func (rt *Router) scrapeEngines(ctx context.Context) {
 	tick := time.NewTicker(rt.opts.ScrapeInterval)
 	defer tick.Stop()
+	fast := time.NewTicker(max(rt.opts.ScrapeInterval/saturatedScrapes, 20*time.Millisecond))
+	defer fast.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			rt.scrapeOnce(ctx, false)
+		case <-fast.C:
+			rt.scrapeOnce(ctx, true)
 		}
-		rt.scrapeOnce(ctx)
 	}
 }
 
@@ -47,13 +57,16 @@ type scrapeJob struct {
 // scrapeOnce reads every replica's load once, each read bounded by the
 // interval (the engines are the users': autoscale.Scrape reads them with the
 // client for such endpoints, which follows no redirect and bounds the answer).
-func (rt *Router) scrapeOnce(ctx context.Context) {
+func (rt *Router) scrapeOnce(ctx context.Context, waitingOnly bool) {
 	var jobs []scrapeJob
 	var models []*modelState
 	rt.mu.Lock()
 	for key, s := range rt.models {
 		if s.waiting == 0 && s.sending == 0 && s.flow.length() == 0 && time.Since(s.lastUsed) > forgetAfter {
 			delete(rt.models, key)
+			continue
+		}
+		if waitingOnly && s.flow.length() == 0 {
 			continue
 		}
 		models = append(models, s)

@@ -422,9 +422,20 @@ func (rt *Router) route(w http.ResponseWriter, r *http.Request, obj *servingv1.A
 		fail("", status, why)
 		return
 	}
-	if status, why := rt.waitForRoom(ctx, key, state, obj, from, onWait); status != 0 {
+	released, status, why := rt.waitForRoom(ctx, key, state, obj, from, onWait)
+	if status != 0 {
 		fail("", status, why)
 		return
+	}
+	if released {
+		candidates = state.picker.Unsaturated(candidates)
+		// Once this request is sent (or gives up), the next may be weighed.
+		defer func() {
+			if released {
+				state.flow.sent()
+				rt.kick(state)
+			}
+		}()
 	}
 	rt.metrics.queue.WithLabelValues(key.Namespace, key.Name).Observe(time.Since(begin).Seconds())
 	rt.metrics.readyEndpoints.WithLabelValues(key.Namespace, key.Name).Set(float64(len(candidates)))
@@ -464,6 +475,12 @@ func (rt *Router) route(w http.ResponseWriter, r *http.Request, obj *servingv1.A
 		// A failure may be left for another replica only while one is left
 		// and the budget allows: else the client gets this replica's answer.
 		mayRetry := retries < rt.opts.MaxRetries && len(left) > 1 && rt.retryAllowed(state)
+		if released {
+			// Picked: the room it takes counts in the saturation now.
+			released = false
+			state.flow.sent()
+			rt.kick(state)
+		}
 		result := rt.forward(w, r, key, state, pick.Endpoint, body, req.Stream, begin, mayRetry)
 		rt.kick(state)
 		switch result {
@@ -518,14 +535,14 @@ func (rt *Router) endRetry(s *modelState) {
 // saturated, in its tenant's queue of its priority's band, until the flow
 // queue releases it; a Sheddable request is shed at once instead. A non-zero
 // status is the answer when it is not sent.
-func (rt *Router) waitForRoom(ctx context.Context, key types.NamespacedName, state *modelState, obj *servingv1.AIInference, from sender, onWait func()) (int, string) {
+func (rt *Router) waitForRoom(ctx context.Context, key types.NamespacedName, state *modelState, obj *servingv1.AIInference, from sender, onWait func()) (released bool, status int, why string) {
 	saturated := rt.saturation(state)
 	if state.flow.length() == 0 && !saturated() {
-		return 0, ""
+		return false, 0, ""
 	}
 	if from.priority == servingv1.PrioritySheddable {
 		rt.metrics.shed(key, from.priority, shedSaturated)
-		return http.StatusTooManyRequests, fmt.Sprintf("every replica of %s is saturated, and the request is %s; try again later", key, from.priority)
+		return false, http.StatusTooManyRequests, fmt.Sprintf("every replica of %s is saturated, and the request is %s; try again later", key, from.priority)
 	}
 	me := &waiter{tenant: from.tenant, band: bandOf(from.priority), ready: make(chan struct{})}
 	shed, ok := state.flow.enqueue(me)
@@ -534,7 +551,7 @@ func (rt *Router) waitForRoom(ctx context.Context, key types.NamespacedName, sta
 	}
 	if !ok {
 		rt.metrics.shed(key, from.priority, shedQueueFull)
-		return http.StatusTooManyRequests, fmt.Sprintf("every replica of %s is saturated and %d requests wait for room; try again", key, rt.opts.MaxWaiting)
+		return false, http.StatusTooManyRequests, fmt.Sprintf("every replica of %s is saturated and %d requests wait for room; try again", key, rt.opts.MaxWaiting)
 	}
 	rt.setWaiting(key, state)
 	defer rt.setWaiting(key, state)
@@ -550,13 +567,15 @@ func (rt *Router) waitForRoom(ctx context.Context, key types.NamespacedName, sta
 		select {
 		case <-me.ready:
 			if me.shed {
-				return http.StatusTooManyRequests, fmt.Sprintf("every replica of %s is saturated, and the request was shed for one of a higher priority or a shorter queue; try again", key)
+				return false, http.StatusTooManyRequests, fmt.Sprintf("every replica of %s is saturated, and the request was shed for one of a higher priority or a shorter queue; try again", key)
 			}
 			// Released: the model's policy may have changed while it waited.
 			if fresh, err := rt.dir.Model(ctx, key); err == nil && fresh != nil && !rt.admits(ctx, fresh, from.addr) {
-				return http.StatusForbidden, fmt.Sprintf("spec.networkPolicy of %s no longer admits a client at %s", key, from.addr)
+				state.flow.sent()
+				rt.kick(state)
+				return false, http.StatusForbidden, fmt.Sprintf("spec.networkPolicy of %s no longer admits a client at %s", key, from.addr)
 			}
-			return 0, ""
+			return true, 0, ""
 		case <-ctx.Done():
 		case <-rt.stopping:
 		case <-deadline.C:
@@ -569,15 +588,18 @@ func (rt *Router) waitForRoom(ctx context.Context, key types.NamespacedName, sta
 		}
 		if !state.flow.leave(me) {
 			<-me.ready // released or shed meanwhile: pass the room on
+			if !me.shed {
+				state.flow.sent()
+			}
 			state.flow.release(saturated)
 		}
 		switch {
 		case ctx.Err() != nil:
-			return statusClientGone, "the client went away"
+			return false, statusClientGone, "the client went away"
 		case isClosed(rt.stopping):
-			return http.StatusServiceUnavailable, "the router is stopping; send the request again"
+			return false, http.StatusServiceUnavailable, "the router is stopping; send the request again"
 		}
-		return http.StatusServiceUnavailable, fmt.Sprintf("every replica of %s stayed saturated for %s; send the request again", key, rt.opts.HoldTimeout)
+		return false, http.StatusServiceUnavailable, fmt.Sprintf("every replica of %s stayed saturated for %s; send the request again", key, rt.opts.HoldTimeout)
 	}
 }
 

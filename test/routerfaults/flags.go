@@ -20,9 +20,11 @@ var caseFlags = map[string][]string{
 	// Tenants.
 	CaseTrickle: {"--body-read-timeout=" + BodyReadTimeout.String()},
 	// Faults: the same for the healthy peer as for each fault.
-	CaseAllHealthy: nil,
-	CaseFastFail:   nil,
-	CaseSilent:     nil,
+	// A 3 s client timeout needs the silent replica found well within it:
+	// --stream-header-timeout is a second here (10 s by default).
+	CaseAllHealthy: {"--stream-header-timeout=1s"},
+	CaseFastFail:   {"--stream-header-timeout=1s"},
+	CaseSilent:     {"--stream-header-timeout=1s"},
 	// Flow control.
 	CaseSaturation: nil,
 	CaseAlone:      nil,

@@ -1,7 +1,6 @@
 package routerfaults
 
 import (
-	"fmt"
 	"os"
 	"testing"
 )
@@ -11,10 +10,4 @@ func TestMain(m *testing.M) {
 	PrintTable(os.Stdout)
 	cleanBuild()
 	os.Exit(code)
-}
-
-// say prints a note of the harness (how the limit is set, a skip's reason)
-// among the figures.
-func say(format string, args ...any) {
-	fmt.Printf("routerfaults: "+format+"\n", args...)
 }

@@ -108,3 +108,9 @@ func Dur(d time.Duration) string {
 	}
 	return d.Round(time.Millisecond).String()
 }
+
+// say prints a note of the harness (how the limit is set, a skip's reason)
+// among the figures.
+func say(format string, args ...any) {
+	fmt.Printf("routerfaults: "+format+"\n", args...)
+}
