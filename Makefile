@@ -224,7 +224,7 @@ bench-routing: tools ## Routing: a chat workload (testdata) at a sweep of rates;
 
 .PHONY: bench-router-faults
 bench-router-faults: tools ## The router as its own process in a 512Mi memory cgroup (root, cgroup v1; else GOMEMLIMIT only) under attacks and faults: peak RSS against the limit (refused and held 8 MiB bodies, huge /metrics and response headers), another tenant's success beside a body trickle, failed and lost requests with a fast-failing or silent replica of four beside all healthy, a tenant's TTFT p90 beside a flood against alone, sheddable against critical 429s (simulators)
-	go test ./test/routerfaults/ -count=1 -timeout 15m -v \
+	ROUTERFAULTS_FLOW=1 go test ./test/routerfaults/ -count=1 -timeout 15m -v \
 		| grep -E '^routerfaults|^(--- |ok|FAIL)|^    --- |^    [a-z_]+_test\.go:[0-9]+: '
 
 .PHONY: bench-sources
