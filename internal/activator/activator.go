@@ -461,68 +461,21 @@ func streaming(body []byte) bool {
 // proxy passes the request on to backend, with the body read before; the
 // body is let go once the replica's answer begins.
 func proxy(w http.ResponseWriter, r *http.Request, backend string, body *frontdoor.Body) {
-	sent := newReplay(body.Data)
+	sent := frontdoor.NewReplay(body.Data)
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", backend
-			pr.Out.Body, pr.Out.ContentLength = sent.body()
+			pr.Out.Body, pr.Out.ContentLength = sent.Body()
 			pr.SetXForwarded()
 		},
 		ModifyResponse: func(*http.Response) error {
-			sent.forget()
+			sent.Forget()
 			body.Release()
 			return nil
 		},
 		FlushInterval: -1, // streamed answers go out as they come
 	}
 	rp.ServeHTTP(w, r)
-}
-
-// replay is a held request body as it is sent to the replica. It holds the
-// only reference to the body's bytes once the replica's answer begins (the
-// transport keeps the request until the answer ends, the proxy its Rewrite):
-// forget drops them, so that their memory goes with their share of the
-// bounds, not at the end of a long answer.
-type replay struct {
-	mu   sync.Mutex
-	data []byte
-	size int64
-}
-
-func newReplay(data []byte) *replay { return &replay{data: data, size: int64(len(data))} }
-
-// body is what a request to the replica carries.
-func (b *replay) body() (io.ReadCloser, int64) {
-	if b.size == 0 {
-		return http.NoBody, 0
-	}
-	return b, b.size
-}
-
-func (b *replay) Read(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.data) == 0 {
-		b.data = nil
-		return 0, io.EOF
-	}
-	n := copy(p, b.data)
-	b.data = b.data[n:]
-	return n, nil
-}
-
-// Close is the transport's: the body is sent, or never will be.
-func (b *replay) Close() error {
-	b.forget()
-	return nil
-}
-
-// forget drops what is left of the body; a replica that answered before it
-// read it all gets no more.
-func (b *replay) forget() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.data = nil
 }
 
 // serveStream answers a streaming request: the headers at once, an SSE comment
@@ -551,16 +504,16 @@ func (a *Activator) serveStream(w http.ResponseWriter, r *http.Request, key type
 		}
 		return
 	}
-	sent := newReplay(body.Data)
+	sent := frontdoor.NewReplay(body.Data)
 	out, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+backend+r.URL.RequestURI(), nil)
 	if err != nil {
 		writeErrorEvent(w, http.StatusBadGateway, err.Error())
 		return
 	}
-	out.Body, out.ContentLength = sent.body()
+	out.Body, out.ContentLength = sent.Body()
 	out.Header = r.Header.Clone()
 	resp, err := http.DefaultTransport.RoundTrip(out)
-	sent.forget() // the answer began, or never will
+	sent.Forget() // the answer began, or never will
 	body.Release()
 	if err != nil {
 		writeErrorEvent(w, http.StatusBadGateway, "the replica did not answer: "+err.Error())

@@ -1,7 +1,6 @@
 package router
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -395,6 +394,7 @@ func (rt *Router) route(w http.ResponseWriter, r *http.Request, obj *servingv1.A
 		}
 		blocks = blockHashesOf(prompt, rt.opts.BlockSize)
 	}
+	req.prompt = nil // pieces of the body, which goes once an answer begins
 	session := r.Header.Get(rt.opts.SessionHeader)
 	state := rt.state(key, obj.Spec.Engine.Type)
 	// A streaming client that must wait gets its headers at once and an SSE
@@ -786,12 +786,11 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, key types.Name
 		headerTimer = time.AfterFunc(rt.opts.StreamHeaderTimeout, func() { silent.Store(true); cancel() })
 		defer headerTimer.Stop()
 	}
-	data := body.Data
+	sent := frontdoor.NewReplay(body.Data)
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", ep.Addr, ""
-			pr.Out.Body = io.NopCloser(bytes.NewReader(data))
-			pr.Out.ContentLength = int64(len(data))
+			pr.Out.Body, pr.Out.ContentLength = sent.Body()
 			pr.SetXForwarded()
 		},
 		Transport:     rt.transport,
@@ -807,6 +806,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, key types.Name
 				return errServerError{resp.StatusCode}
 			}
 			code = resp.StatusCode
+			sent.Forget()
 			body.Release()
 			resp.Header.Set(EndpointHeader, ep.Name)
 			resp.Body = &firstByte{ReadCloser: resp.Body, seen: func() {
