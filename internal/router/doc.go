@@ -9,19 +9,44 @@
 // Binary: cmd/router (thin; wiring in Main of this package). Flags:
 //
 //	--bind-address=:8080          requests (OpenAI API), plain HTTP
-//	--metrics-bind-address=:9090  /metrics (Prometheus), /healthz, /readyz
+//	--metrics-bind-address=:9090  /metrics (Prometheus), /healthz, /readyz;
+//	                              plain HTTP, which the router's NetworkPolicy
+//	                              opens only to the operator, the monitoring
+//	                              namespaces and the node (docs/routing.md)
 //	--block-size=256              bytes of prompt per prefix block
 //	--load-factor=1.25            bounded load: a replica takes at most
 //	                              ceil(factor * (in flight + 1) / replicas)
-//	--max-waiting=100             requests per model waiting for a replica;
-//	                              more: 429 with Retry-After
+//	--max-waiting=100             requests per model waiting for a replica,
+//	                              or for room in one; more: 429 with
+//	                              Retry-After
 //	--hold-timeout=5m             longest wait for a serving replica; then 503
 //	--max-body-bytes=8388608      one request body; more: 413
-//	--max-bodies-bytes=268435456  all bodies held in memory at once, across
-//	                              models; more: 429 with Retry-After, before
-//	                              the body is read
-//	--max-bodies=1024             request bodies held at once, across models
+//	--max-bodies-bytes=100663296  all bodies' bytes held at once, counted in
+//	                              what is allocated as they arrive; more: 429
+//	                              with Retry-After
+//	--max-bodies=1024             request bodies being read or kept at once
+//	--max-requests=2048           requests in the router, headers to the
+//	                              end of the answer
+//	--namespace-share=0.5         of each of the three bounds above, what one
+//	--model-share=0.25            namespace's models, and one model, may hold
 //	--body-read-timeout=30s       time to read a request's headers and body
+//	--header-timeout=10m          a replica's wait before the headers of an
+//	                              answer not streamed (the whole answer)
+//	--stream-header-timeout=10s   ... of a streamed one (sent before the first
+//	                              token); then the replica is taken as silent
+//	--max-retries=2               other replicas a request goes to after one
+//	                              failed it before its answer began
+//	--retry-budget=0.2            share of a model's requests being sent that
+//	--min-retries=3               may be retries at once (at least this many)
+//	--outlier-consecutive-failures=5, --outlier-base-ejection=10s,
+//	--outlier-max-ejection=5m, --outlier-max-ejected-share=0.5
+//	                              passive outlier detection (docs/router.md)
+//	--saturation-queue=5          an engine queue this long, or a KV cache
+//	--saturation-kv-cache=0.8     this full, saturates a replica; while all
+//	                              are, requests wait in fair queues per
+//	                              tenant and priority (spec.routing)
+//	--max-scrape-bytes=1048576    the most of one replica's /metrics read,
+//	--scrape-parallel=4           and the replicas read at once
 //	--session-header=X-Session-ID session affinity key, when a client sends it
 //	--scrape-interval=1s          engines' /metrics, each serving pod
 //	--otlp-endpoint=              traces (OTLP/HTTP); empty: none
@@ -44,7 +69,8 @@
 // same set of endpoints, so two routers send a prefix to the same replica.
 //
 // What the router reads (a cache of watches, cluster-wide; ClusterRole verbs
-// get, list, watch):
+// get, list, watch; it writes only Events, ReplicaEjected and ReplicaRestored
+// on a model):
 //   - aiinferences.serving.aiinference.io: spec.model.name (the `model` the
 //     namespace address selects by, beside metadata.name),
 //     spec.networkPolicy (who may call), status.rollout (canary weight and
@@ -103,8 +129,18 @@
 //	    over router pods), as aiinference_activator_held_requests is today
 //	aiinference_router_in_flight_requests{namespace,name,endpoint} gauge
 //	aiinference_router_upstream_errors_total{namespace,name,endpoint,kind}
-//	    kind: refused, broken (before an answer; both tried again), failed
+//	    kind: refused, broken, server_error (a 5xx held back), silent (no
+//	    streamed headers in time): tried again on another within the retry
+//	    budget; failed
 //	aiinference_router_ready_endpoints{namespace,name}          gauge
+//	aiinference_router_ejected_endpoints{namespace,name,endpoint} gauge: 1
+//	    while out of the picking for failing (outlier detection)
+//	aiinference_router_ejections_total{namespace,name,endpoint}
+//	aiinference_router_shed_requests_total{namespace,name,priority,reason}
+//	    429 while saturated; reason: saturated (Sheddable), queue_full,
+//	    for_room (a queued one shed for a more urgent or shorter-queued one)
+//	aiinference_router_refused_requests_total{namespace,name,reason}
+//	    429 for a share of the router's bounds; reason: requests, bodies
 //
 // Load generator for comparisons: package test/routingbench (a chat-shaped
 // workload of tenants with long shared system prompts and multi-turn
