@@ -2,6 +2,7 @@ package router
 
 import (
 	"sync"
+	"sync/atomic"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 )
@@ -35,6 +36,10 @@ type flowQueue struct {
 	mu     sync.Mutex
 	band   [bands]flowBand
 	queued int
+	// size is queued, read without the lock: release holds it while it
+	// asks the router whether the model is saturated, and the router asks
+	// the queue's length under its own lock.
+	size atomic.Int64
 	// released is set from a release until the released request was sent
 	// (or gave up): the next is weighed against the room that one took.
 	released bool
@@ -91,6 +96,7 @@ func (q *flowQueue) enqueue(w *waiter) (shed *waiter, ok bool) {
 	}
 	t.waiters = append(t.waiters, w)
 	q.queued++
+	q.size.Store(int64(q.queued))
 	return shed, true
 }
 
@@ -129,6 +135,7 @@ func (q *flowQueue) remove(w *waiter) bool {
 			if x == w {
 				t.waiters = append(t.waiters[:j], t.waiters[j+1:]...)
 				q.queued--
+				q.size.Store(int64(q.queued))
 				if len(t.waiters) == 0 {
 					b.tenants = append(b.tenants[:i], b.tenants[i+1:]...)
 					if b.next > i {
@@ -185,9 +192,5 @@ func (q *flowQueue) sent() {
 	q.released = false
 }
 
-// length is how many requests wait, and how many of them in band.
-func (q *flowQueue) length() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.queued
-}
+// length is how many requests wait.
+func (q *flowQueue) length() int { return int(q.size.Load()) }
