@@ -54,7 +54,7 @@ func TestATenantHoldsItsShareOnly(t *testing.T) {
 		t.Errorf("20 refused for model c/n: %s", refusal)
 	}
 	h.Release()
-	if q.used != 70 || q.byModel[types.NamespacedName{Namespace: "c", Name: "n"}] != 0 {
+	if used(q) != 70 || q.byModel[types.NamespacedName{Namespace: "c", Name: "n"}] != 0 {
 		t.Errorf("%d held after the release, want 70", q.used)
 	}
 }
@@ -89,13 +89,13 @@ func TestATrickledBodyHoldsWhatArrived(t *testing.T) {
 		_, _ = fmt.Fprintf(c, "POST /?ns=a HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n{\"model\":\"m\",", 8<<20)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for limits.Count.used < 32 && time.Now().Before(deadline) {
+	for used(limits.Count) < 32 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if n := limits.Count.used; n != 32 {
+	if n := used(limits.Count); n != 32 {
 		t.Errorf("%d of 32 trickled bodies are being read: the others were refused for what they declared", n)
 	}
-	if held := limits.Bytes.used; held > 32*bodyChunk {
+	if held := used(limits.Bytes); held > 32*bodyChunk {
 		t.Errorf("32 trickled bodies hold %d MiB", held>>20)
 	}
 	for _, ns := range []string{"a", "b"} {
@@ -109,4 +109,11 @@ func TestATrickledBodyHoldsWhatArrived(t *testing.T) {
 			t.Errorf("a 4 MiB body in namespace %s beside the trickles: %d %s", ns, resp.StatusCode, got)
 		}
 	}
+}
+
+// used is what the quota holds in all.
+func used(q *Quota) int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.used
 }
