@@ -22,6 +22,13 @@ func bandOf(p servingv1.RequestPriority) int {
 	return bandStandard
 }
 
+func priorityOf(band int) servingv1.RequestPriority {
+	if band == bandCritical {
+		return servingv1.PriorityCritical
+	}
+	return servingv1.PriorityStandard
+}
+
 // flowQueue holds a model's requests while every replica is saturated, as
 // llm-d's flow control does: one queue per tenant in each priority band. It
 // releases the highest band first and, within a band, the tenants in turn,

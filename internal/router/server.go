@@ -547,7 +547,7 @@ func (rt *Router) waitForRoom(ctx context.Context, key types.NamespacedName, sta
 	me := &waiter{tenant: from.tenant, band: bandOf(from.priority), ready: make(chan struct{})}
 	shed, ok := state.flow.enqueue(me)
 	if shed != nil {
-		rt.metrics.shed(key, servingv1.PriorityStandard, shedForRoom)
+		rt.metrics.shed(key, priorityOf(shed.band), shedForRoom)
 	}
 	if !ok {
 		rt.metrics.shed(key, from.priority, shedQueueFull)
