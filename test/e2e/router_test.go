@@ -51,9 +51,10 @@ var routerSerial sync.Mutex
 // installRouter installs the router as a user of the chart does
 // (router.enabled=true), with the image hack/tools/build.sh images built from
 // this tree, into operatorNamespace, made to enforce Pod Security
-// "restricted"; its pods go on the real nodes. It returns the router's pods
-// once both are ready; the cleanups remove it all.
-func installRouter(t *testing.T, g *WithT) []corev1.Pod {
+// "restricted"; its pods go on the real nodes. More values files (YAML
+// documents, e.g. router.networkPolicy's) go after the test's own. It returns
+// the router's pods once both are ready; the cleanups remove it all.
+func installRouter(t *testing.T, g *WithT, moreValues ...string) []corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
 	routerSerial.Lock()
@@ -94,8 +95,14 @@ func installRouter(t *testing.T, g *WithT) []corev1.Pod {
   nodeSelector: {%s: %s}
   tolerations: [{key: %s, operator: Exists, effect: NoSchedule}]
 `, image.Ref[:colon], image.Ref[colon+1:], localcluster.GPUProductLabel, realGPUProduct, localcluster.GPUTaintKey)), 0o644)).To(Succeed())
-	rendered, err := exec.Command(filepath.Join(helmDir, "helm"), "template", "aiinference", filepath.Join(repoRoot, "charts", "aiinference-operator"),
-		"--namespace", operatorNamespace, "--values", values, "--show-only", "templates/router.yaml").Output()
+	args := []string{"template", "aiinference", filepath.Join(repoRoot, "charts", "aiinference-operator"),
+		"--namespace", operatorNamespace, "--values", values, "--show-only", "templates/router.yaml"}
+	for i, more := range moreValues {
+		file := filepath.Join(filepath.Dir(values), fmt.Sprintf("values-%d.yaml", i))
+		g.Expect(os.WriteFile(file, []byte(more), 0o644)).To(Succeed())
+		args = append(args, "--values", file)
+	}
+	rendered, err := exec.Command(filepath.Join(helmDir, "helm"), args...).Output()
 	g.Expect(err).NotTo(HaveOccurred(), "helm template: %s", rendered)
 	var created []*unstructured.Unstructured
 	t.Cleanup(func() {
