@@ -67,6 +67,15 @@
 // the activator at zero. Clients keep calling http://<model>.<namespace>:<port>.
 // Router replicas share no state: each picks by consistent hashing over the
 // same set of endpoints, so two routers send a prefix to the same replica.
+// A NetworkPolicy on the router's pods (config/router/networkpolicy.yaml; the
+// chart's router.networkPolicy, on by default) admits port 8080 from anywhere
+// (the router applies each model's spec.networkPolicy itself) and port 9090
+// only from the operator's pods, the namespaces of
+// router.networkPolicy.metrics.namespaceSelector (monitoring by default), the
+// blocks of router.networkPolicy.metrics.ipBlocks (none by default: the API
+// server's pod proxy for kubectl aii status, where it does not run on the
+// router pod's node) and the pod's own node (the kubelet's probes): what is
+// served on 9090 must be fit for those readers only.
 //
 // What the router reads (a cache of watches, cluster-wide; ClusterRole verbs
 // get, list, watch; it writes only Events, ReplicaEjected and ReplicaRestored
