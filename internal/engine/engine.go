@@ -5,6 +5,8 @@ package engine
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -81,6 +83,32 @@ type Engine interface {
 	// SignalMetrics are the /metrics gauges that carry an autoscaling signal,
 	// the first one exported wins; none when the engine exports no such gauge.
 	SignalMetrics(s servingv1.AutoscalingSignal) []string
+	// Concurrency is how many requests the engine runs at once as the
+	// spec's arguments set it; 0 when they do not say (the router then
+	// learns it from the engine's readings).
+	Concurrency(args []string) int
+}
+
+// flagInt is the value of a --name N or --name=N argument, the last one
+// given winning as in the engines' own parsers; 0 when absent or not a
+// positive number.
+func flagInt(args []string, name string) int {
+	n := 0
+	for i, a := range args {
+		v, ok := strings.CutPrefix(a, name+"=")
+		if !ok && a == name && i+1 < len(args) {
+			v, ok = args[i+1], true
+		}
+		if !ok {
+			continue
+		}
+		if parsed, err := strconv.Atoi(v); err == nil && parsed > 0 {
+			n = parsed
+		} else {
+			n = 0
+		}
+	}
+	return n
 }
 
 var engines = map[servingv1.EngineType]Engine{

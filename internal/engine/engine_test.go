@@ -106,3 +106,23 @@ func TestSignalsTheEnginesExport(t *testing.T) {
 		}
 	}
 }
+
+func TestConcurrencyFromTheArguments(t *testing.T) {
+	vllm, _ := For(servingv1.EngineVLLM)
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{nil, 0},
+		{[]string{"--max-num-seqs", "8"}, 8},
+		{[]string{"--max-num-seqs=16", "--enforce-eager"}, 16},
+		{[]string{"--max-num-seqs", "8", "--max-num-seqs", "32"}, 32},
+		{[]string{"--max-num-seqs", "lots"}, 0},
+		{[]string{"--max-num-seqs", "-3"}, 0},
+		{[]string{"--max-num-seqs"}, 0},
+	} {
+		if got := vllm.Concurrency(c.args); got != c.want {
+			t.Errorf("vLLM's concurrency of %q: %d, want %d", c.args, got, c.want)
+		}
+	}
+}

@@ -70,6 +70,10 @@ func (tgi) Env(p Params) []corev1.EnvVar {
 // MetricsPort: the router serves /metrics on its HTTP port too.
 func (tgi) MetricsPort() int32 { return 0 }
 
+// Concurrency: TGI batches by a token budget (--max-batch-total-tokens),
+// not by a count of requests.
+func (tgi) Concurrency([]string) int { return 0 }
+
 // SignalMetrics: the router's queue and the size of the batch it runs; TGI
 // exports no KV-cache utilisation.
 func (tgi) SignalMetrics(s servingv1.AutoscalingSignal) []string {

@@ -71,6 +71,10 @@ func (triton) Env(Params) []corev1.EnvVar { return nil }
 // MetricsPort: tritonserver serves /metrics on its own port.
 func (triton) MetricsPort() int32 { return 8002 }
 
+// Concurrency: Triton's batching is in each model's config.pbtxt, not in
+// its arguments.
+func (triton) Concurrency([]string) int { return 0 }
+
 // SignalMetrics: Triton's pending requests, per model; it exports no gauge of
 // running requests nor of KV-cache use (a TensorRT-LLM backend's own metrics
 // are the backend's, not Triton's).

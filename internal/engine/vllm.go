@@ -101,6 +101,10 @@ func (vllm) Env(p Params) []corev1.EnvVar {
 // MetricsPort: /metrics is on the HTTP port.
 func (vllm) MetricsPort() int32 { return 0 }
 
+// Concurrency: --max-num-seqs bounds the sequences in a batch; its default
+// depends on the GPU and vLLM's version, so without it the router learns.
+func (vllm) Concurrency(args []string) int { return flagInt(args, "--max-num-seqs") }
+
 // SignalMetrics: vllm:kv_cache_usage_perc is a fraction (0-1) despite its
 // name; before vLLM 0.10 it was vllm:gpu_cache_usage_perc.
 func (vllm) SignalMetrics(s servingv1.AutoscalingSignal) []string {

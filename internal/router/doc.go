@@ -41,10 +41,12 @@
 //	--outlier-consecutive-failures=5, --outlier-base-ejection=10s,
 //	--outlier-max-ejection=5m, --outlier-max-ejected-share=0.5
 //	                              passive outlier detection (docs/router.md)
-//	--saturation-queue=5          an engine queue this long, or a KV cache
-//	--saturation-kv-cache=0.8     this full, saturates a replica; while all
-//	                              are, requests wait in fair queues per
-//	                              tenant and priority (spec.routing)
+//	--saturation-queue=5          a replica carrying its engine's batch (from
+//	--saturation-kv-cache=0.8     the spec's --max-num-seqs, or a reading with
+//	                              a queue), else an engine queue this long,
+//	                              or a KV cache this full, saturates it;
+//	                              while all are, requests wait in fair
+//	                              queues per tenant and priority (spec.routing)
 //	--max-scrape-bytes=1048576    the most of one replica's /metrics read,
 //	--scrape-parallel=4           and the replicas read at once
 //	--session-header=X-Session-ID session affinity key, when a client sends it

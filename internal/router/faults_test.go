@@ -30,14 +30,20 @@ const (
 	silent        // takes the request and never answers
 )
 
+// fakeBatch is how many requests a fakeEngine runs at once.
+const fakeBatch = 4
+
 // fakeEngine is a fake replica (an httptest server, not an engine): it
 // answers completions by its behaviour, streamed or not, and exports a
-// vLLM-shaped /metrics with the queue it is told.
+// vLLM-shaped /metrics as an engine running fakeBatch at once would: its
+// own requests in flight, plus the requests others have there (others, set by
+// the test), running up to the batch and waiting beyond it.
 type fakeEngine struct {
 	name     string
 	srv      *httptest.Server
 	behave   atomic.Int32
-	waiting  atomic.Int64
+	others   atomic.Int64
+	live     atomic.Int64
 	requests atomic.Int64
 }
 
@@ -46,10 +52,14 @@ func newFakeEngine(t *testing.T, name string, behave int32) *fakeEngine {
 	e.behave.Store(behave)
 	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/metrics" {
-			_, _ = fmt.Fprintf(w, "vllm:num_requests_waiting{model_name=\"m\"} %d\nvllm:num_requests_running{model_name=\"m\"} 1\nvllm:kv_cache_usage_perc{model_name=\"m\"} 0.1\n", e.waiting.Load())
+			carried := e.others.Load() + e.live.Load()
+			_, _ = fmt.Fprintf(w, "vllm:num_requests_waiting{model_name=\"m\"} %d\nvllm:num_requests_running{model_name=\"m\"} %d\nvllm:kv_cache_usage_perc{model_name=\"m\"} 0.1\n",
+				max(carried-fakeBatch, 0), min(carried, fakeBatch))
 			return
 		}
 		e.requests.Add(1)
+		e.live.Add(1)
+		defer e.live.Add(-1)
 		body, _ := io.ReadAll(r.Body)
 		switch e.behave.Load() {
 		case failing:
@@ -218,7 +228,7 @@ func TestASilentReplicaLosesNoRequest(t *testing.T) {
 // are answered once the queue goes down.
 func TestSheddableIsShedBeforeCritical(t *testing.T) {
 	e := newFakeEngine(t, "only", healthy)
-	e.waiting.Store(20)
+	e.others.Store(20)
 	dir, url, _, _ := fakeRouter(t, router.Options{ScrapeInterval: 50 * time.Millisecond}, e)
 	dir.Update(func(obj *servingv1.AIInference) {
 		obj.Spec.Routing = &servingv1.RoutingSpec{Enabled: true, Objectives: []servingv1.RoutingObjective{
@@ -251,7 +261,7 @@ func TestSheddableIsShedBeforeCritical(t *testing.T) {
 		t.Fatalf("a queued request was answered %d while the replica stayed saturated", got)
 	case <-time.After(500 * time.Millisecond):
 	}
-	e.waiting.Store(0)
+	e.others.Store(0)
 	for range 2 {
 		if got := <-results; got != http.StatusOK {
 			t.Errorf("a queued request once the queue went down: %d", got)

@@ -1,8 +1,10 @@
 package router
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 )
@@ -31,14 +33,19 @@ func priorityOf(band int) servingv1.RequestPriority {
 
 // flowQueue holds a model's requests while every replica is saturated, as
 // llm-d's flow control does: one queue per tenant in each priority band. It
-// releases the highest band first and, within a band, the tenants in turn,
-// one request each, so a tenant that floods the model waits behind its own
-// requests. Full, it makes room for a request by shedding the newest of the
-// lowest band's longest tenant queue, when that is lower in priority or
-// longer than the newcomer's own tenant queue: the longest queue pays for
-// the overload.
+// releases the highest band first and, within a band, the tenant that was
+// served least of late: each release adds one to its tenant's count, which
+// halves every usageHalfLife. A tenant that floods the model waits behind its
+// own requests, and one within its share finds its request let go at the next
+// room, where turns in order would make it wait behind the flood's turn and
+// cap it at an even split. Full, it makes room for a request by shedding the
+// newest of the lowest band's longest tenant queue, when that is lower in
+// priority or longer than the newcomer's own tenant queue: the longest queue
+// pays for the overload.
 type flowQueue struct {
 	max int
+	// now is the clock of the tenants' usage (time.Now unless a test sets it).
+	now func() time.Time
 
 	mu     sync.Mutex
 	band   [bands]flowBand
@@ -50,12 +57,32 @@ type flowQueue struct {
 	// released is set from a release until the released request was sent
 	// (or gave up): the next is weighed against the room that one took.
 	released bool
+	// usage is each tenant's releases of late, decayed; tenants whose usage
+	// decayed to nothing are forgotten, so it holds no more than the tenants
+	// served in the last minutes.
+	usage map[string]tenantUsage
+	// pruned is when usage was last swept of the forgotten.
+	pruned time.Time
+}
+
+// usageHalfLife is how fast a tenant's past releases stop counting against
+// it: long enough to span the bursts of a tenant within its share, short
+// enough that yesterday's flood does not keep a tenant behind today.
+const usageHalfLife = 10 * time.Second
+
+// tenantUsage is a tenant's decayed release count as of at.
+type tenantUsage struct {
+	count float64
+	at    time.Time
+}
+
+func (u tenantUsage) asOf(now time.Time) float64 {
+	return u.count * math.Exp2(-now.Sub(u.at).Seconds()/usageHalfLife.Seconds())
 }
 
 type flowBand struct {
-	// tenants are the queues with requests, in the order they are served.
+	// tenants are the queues with requests, in the order they came.
 	tenants []*tenantQueue
-	next    int
 }
 
 type tenantQueue struct {
@@ -145,9 +172,6 @@ func (q *flowQueue) remove(w *waiter) bool {
 				q.size.Store(int64(q.queued))
 				if len(t.waiters) == 0 {
 					b.tenants = append(b.tenants[:i], b.tenants[i+1:]...)
-					if b.next > i {
-						b.next--
-					}
 				}
 				return true
 			}
@@ -165,7 +189,7 @@ func (q *flowQueue) leave(w *waiter) bool {
 }
 
 // release lets the next request go while saturated says there is room: the
-// highest band's next tenant in turn. It releases one at a time: the
+// highest band's tenant served least of late. It releases one at a time: the
 // released request is sent (sent) before the next is weighed, so that the
 // room it takes counts; else a burst of releases would fill the engines'
 // queues before any reading showed it.
@@ -175,19 +199,50 @@ func (q *flowQueue) release(saturated func() bool) {
 	if q.queued == 0 || q.released || saturated() {
 		return
 	}
+	now := time.Now()
+	if q.now != nil {
+		now = q.now()
+	}
 	for i := range q.band {
 		b := &q.band[i]
-		if len(b.tenants) == 0 {
+		var next *tenantQueue
+		least := math.Inf(1)
+		for _, t := range b.tenants {
+			if u := q.usage[t.name].asOf(now); u < least {
+				next, least = t, u
+			}
+		}
+		if next == nil {
 			continue
 		}
-		b.next %= len(b.tenants)
-		t := b.tenants[b.next]
-		w := t.waiters[0]
-		b.next++
+		w := next.waiters[0]
 		q.remove(w)
 		q.released = true
+		q.served(w.tenant, least, now)
 		close(w.ready)
 		return
+	}
+}
+
+// forgottenUsage is the decayed count below which a tenant not queued is
+// forgotten: a count it reaches some minutes after its last release.
+const forgottenUsage = 1.0 / 64
+
+// served counts a release against tenant, whose usage was before, and,
+// once every half-life, forgets the tenants whose usage decayed to nothing.
+func (q *flowQueue) served(tenant string, before float64, now time.Time) {
+	if q.usage == nil {
+		q.usage = map[string]tenantUsage{}
+	}
+	q.usage[tenant] = tenantUsage{count: before + 1, at: now}
+	if now.Sub(q.pruned) < usageHalfLife {
+		return
+	}
+	q.pruned = now
+	for name, u := range q.usage {
+		if u.asOf(now) < forgottenUsage && q.band[bandCritical].queue(name) == nil && q.band[bandStandard].queue(name) == nil {
+			delete(q.usage, name)
+		}
 	}
 }
 

@@ -72,7 +72,7 @@ func ParseFlags(args []string, out io.Writer) (Config, *zap.Options, error) {
 	fs.DurationVar(&o.Picker.Outliers.BaseEjection, "outlier-base-ejection", 10*time.Second, "how long a replica is first taken out; twice as long each time after")
 	fs.DurationVar(&o.Picker.Outliers.MaxEjection, "outlier-max-ejection", 5*time.Minute, "the longest a replica is taken out")
 	fs.Float64Var(&o.Picker.Outliers.MaxEjectedShare, "outlier-max-ejected-share", 0.5, "share of a model's replicas that may be out at once (at least one)")
-	fs.Float64Var(&o.Picker.Saturation.QueueThreshold, "saturation-queue", 5, "an engine queue this long saturates its replica: while all are, requests wait in the router's fair queues")
+	fs.Float64Var(&o.Picker.Saturation.QueueThreshold, "saturation-queue", 5, "an engine queue this long saturates its replica until its batch is known (the spec's --max-num-seqs, or a reading with a queue): while all are saturated, requests wait in the router's fair queues")
 	fs.Float64Var(&o.Picker.Saturation.KVCacheThreshold, "saturation-kv-cache", 0.8, "a KV cache this full (0-1) saturates its replica")
 	fs.DurationVar(&o.BodyReadTimeout, "body-read-timeout", DefaultBodyReadTimeout, "time to read a request's headers and body")
 	fs.StringVar(&o.SessionHeader, "session-header", DefaultSessionHeader, "header a client keeps a session by")

@@ -173,11 +173,16 @@ func (p *Picker) Ejected() []string {
 	return out
 }
 
-// SaturationOptions say when a replica is saturated, as llm-d's saturation
-// detector does: its engine queues QueueThreshold requests or more, or its
-// KV cache is KVCacheThreshold full or more, by a reading younger than the
-// picker's StaleAfter. A replica without a fresh reading is not saturated:
-// the router does not hold requests back on what it cannot see.
+// SaturationOptions say when a replica is saturated. Once the model's spec
+// or a reading with a queue has shown how many requests its engine runs at
+// once (its batch), a replica that carries its batch is saturated: the router keeps the rest in
+// its fair queues rather than in the engine's, where they would wait in
+// arrival order, whoever sent them. Before that, as llm-d's saturation
+// detector does: its engine queues QueueThreshold requests or more. And
+// always when its KV cache is KVCacheThreshold full or more. Readings count
+// while younger than the picker's StaleAfter; a replica without a fresh
+// reading or a known batch is not saturated: the router does not hold
+// requests back on what it cannot see.
 type SaturationOptions struct {
 	QueueThreshold   float64
 	KVCacheThreshold float64
@@ -195,12 +200,7 @@ func (o SaturationOptions) withDefaults() SaturationOptions {
 
 // Saturated tells whether every replica the picker may pick among the
 // candidates is saturated: a request sent now would wait in an engine's
-// queue. Between readings (a second apart), the requests sent to a replica
-// since, less those that ended, count too: on top of its batch, once a
-// reading with a queue showed how many its engine runs at once, else on top
-// of a queue it already had. Without them, a flood sent in the second after
-// a reading without a queue would fill the engines' queues, and the fair
-// queues would order nothing.
+// queue.
 func (p *Picker) Saturated(candidates []Endpoint) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -233,16 +233,27 @@ func (p *Picker) Unsaturated(candidates []Endpoint) []Endpoint {
 	return out
 }
 
+// saturated weighs what a replica carries: the requests this router has
+// there now, which it knows at once and exactly, or, by its engine's last
+// reading, what the engine ran and queued plus what was sent there since,
+// less what ended (which counts the other routers' requests, a reading late).
 func (p *Picker) saturated(name string) bool {
 	r, ok := p.engine[name]
-	if !ok || p.now().Sub(r.At) >= p.opts.StaleAfter {
-		return false
+	fresh := ok && p.now().Sub(r.At) < p.opts.StaleAfter
+	if fresh && r.KVCacheUsage >= p.opts.Saturation.KVCacheThreshold {
+		return true
 	}
-	waiting := r.Waiting
-	if batch, ok := p.batch[name]; ok {
-		waiting = r.Running + r.Waiting + float64(p.sinceReading[name]) - batch
-	} else if waiting > 0 {
-		waiting += float64(p.sinceReading[name])
+	since := float64(p.sinceReading[name])
+	batch, ok := p.batch[name]
+	if !ok && p.concurrency > 0 {
+		batch, ok = float64(p.concurrency), true
 	}
-	return waiting >= p.opts.Saturation.QueueThreshold || r.KVCacheUsage >= p.opts.Saturation.KVCacheThreshold
+	if ok {
+		carried := float64(p.inFlight[name])
+		if fresh {
+			carried = max(carried, r.Running+r.Waiting+since)
+		}
+		return carried >= batch
+	}
+	return fresh && r.Waiting > 0 && r.Waiting+since >= p.opts.Saturation.QueueThreshold
 }

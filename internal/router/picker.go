@@ -138,9 +138,13 @@ type Picker struct {
 	sinceReading map[string]int
 	// batch is, per replica, how many requests its engine ran at its last
 	// reading with a queue: the most it runs at once.
-	batch  map[string]float64
-	health map[string]*health
-	index  prefixIndex
+	batch map[string]float64
+	// concurrency is how many requests the model's spec tells its engine to
+	// run at once (0 when it does not say): the batch of a replica before a
+	// reading showed it.
+	concurrency int
+	health      map[string]*health
+	index       prefixIndex
 	// turn rotates the start of the least-loaded search, to spread ties.
 	turn int
 }
@@ -366,6 +370,14 @@ func (p *Picker) Done(name string) {
 	if _, ok := p.sinceReading[name]; ok {
 		p.sinceReading[name]--
 	}
+}
+
+// SetConcurrency records how many requests the model's spec tells each
+// engine to run at once; 0 when it does not say.
+func (p *Picker) SetConcurrency(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.concurrency = n
 }
 
 // InFlight is how many requests this router has at a replica now.

@@ -170,3 +170,39 @@ func TestBlockHashesChain(t *testing.T) {
 		t.Error("equal blocks at different places hash alike: the chain is missing")
 	}
 }
+
+// A replica whose engine was seen to run 4 at once is saturated as soon as
+// this router has 4 there, before any reading shows them; the engine's
+// readings count the other routers' requests too.
+func TestAReplicaIsSaturatedAtItsBatch(t *testing.T) {
+	p := NewPicker(PickerOptions{})
+	eps := endpoints(1)
+	name := eps[0].Name
+	if p.Saturated(eps) {
+		t.Fatal("saturated before any reading")
+	}
+	p.SetEngineLoad(name, EngineLoad{Running: 4, Waiting: 2, At: time.Now()})
+	if !p.Saturated(eps) {
+		t.Fatal("not saturated with a queue behind its batch")
+	}
+	p.SetEngineLoad(name, EngineLoad{At: time.Now()})
+	for i := range 4 {
+		if p.Saturated(eps) {
+			t.Fatalf("saturated with %d of its batch of 4 sent", i)
+		}
+		if _, ok := p.Pick(eps, nil, ""); !ok {
+			t.Fatal("nothing picked")
+		}
+	}
+	if !p.Saturated(eps) {
+		t.Fatal("not saturated with its batch of 4 sent and no reading since")
+	}
+	p.Done(name)
+	if p.Saturated(eps) {
+		t.Fatal("saturated with 3 of its batch of 4 in flight")
+	}
+	p.SetEngineLoad(name, EngineLoad{Running: 4, At: time.Now()}) // another router's requests
+	if !p.Saturated(eps) {
+		t.Fatal("not saturated with a reading of its whole batch running")
+	}
+}

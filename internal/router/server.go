@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/engine"
 	"github.com/aiinference/operator/internal/frontdoor"
 	"github.com/aiinference/operator/internal/ingresspolicy"
 )
@@ -536,6 +537,9 @@ func (rt *Router) endRetry(s *modelState) {
 // queue releases it; a Sheddable request is shed at once instead. A non-zero
 // status is the answer when it is not sent.
 func (rt *Router) waitForRoom(ctx context.Context, key types.NamespacedName, state *modelState, obj *servingv1.AIInference, from sender, onWait func()) (released bool, status int, why string) {
+	if eng, err := engine.For(obj.Spec.Engine.Type); err == nil {
+		state.picker.SetConcurrency(eng.Concurrency(obj.Spec.Engine.Args))
+	}
 	saturated := rt.saturation(state)
 	if state.flow.length() == 0 && !saturated() {
 		return false, 0, ""

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,9 +26,13 @@ const (
 	// flowTimeout bounds each request: one not answered by then counts in
 	// the TTFT figures as taking flowTimeout.
 	flowTimeout = 10 * time.Second
-	// flowMaxTokens is each answer's length: 64 tokens at the profile's
-	// 12 ms (twice that at a full batch).
-	flowMaxTokens = 64
+	// flowMinTokens and flowSpreadTokens make the answers' lengths: from 16
+	// to 112 tokens, 64 on average, at the profile's 12 ms a token (twice
+	// that at a full batch). Answers of one length would end together,
+	// batch by batch, and a request would wait for a whole batch to end,
+	// which a chat workload's answers of every length do not make it do.
+	flowMinTokens    = 16
+	flowSpreadTokens = 97
 	// flowFlood is how many times its share the flooding tenant sends.
 	flowFlood = 10
 	// ratioTarget bounds b's TTFT p90 beside the flood over b's alone.
@@ -41,6 +47,9 @@ func flowModel(sims []*routingbench.Sim) world.Model {
 		eps = append(eps, SimEndpoint(s))
 	}
 	m := NewModel("flow", "chat", SimModel, eps...)
+	// As a user who sets the engine's batch would: the router holds
+	// requests from the first one that finds every batch full.
+	m.Object.Spec.Engine.Args = []string{"--max-num-seqs", strconv.Itoa(Profile.MaxNumSeqs)}
 	m.Object.Spec.Routing = &servingv1.RoutingSpec{
 		Enabled:      true,
 		TenantHeader: flowTenantHeader,
@@ -60,7 +69,7 @@ func flowRequest(p *RouterProc, host, tenant, objective string, i int) Request {
 		h.Set(servingv1.ObjectiveHeader, objective)
 	}
 	return Request{URL: p.URL, Host: host, Header: h, Timeout: flowTimeout,
-		Body: ChatBody(SimModel, flowMaxTokens, fmt.Sprintf("Tenant %s, request %d: say something.", tenant, i))}
+		Body: ChatBody(SimModel, flowMinTokens+i*37%flowSpreadTokens, fmt.Sprintf("Tenant %s, request %d: say something.", tenant, i))}
 }
 
 // TestFlowControl: the saturating rate of the four simulators (a closed
@@ -94,8 +103,9 @@ func TestFlowControl(t *testing.T) {
 	p := StartRouter(t, CaseSaturation, w)
 	workers := len(sims)*Profile.MaxNumSeqs + 4
 	var satTally Tally
+	var sent atomic.Int64
 	saturation := ClosedLoop(ctx, workers, 6*time.Second, func() bool {
-		r := Send(ctx, client, flowRequest(p, host, "b", "", 0))
+		r := Send(ctx, client, flowRequest(p, host, "b", "", int(sent.Add(1))))
 		satTally.Add(r)
 		return r.Outcome == OK
 	})
