@@ -5,7 +5,7 @@
 # A binary already in the cache is reused, so only the first run pays the build.
 #
 # Usage: hack/tools/build.sh GROUP...
-#   groups: envtest cluster s3 rclone registry node node-packages coredns sim images promtool helm traefik keda lws karmada netpol kube-network-policies all
+#   groups: envtest cluster s3 rclone registry node node-packages coredns sim images promtool helm traefik keda lws karmada ollama netpol kube-network-policies all
 #   node: kubelet, kube-proxy, containerd, runc and CNI plugins of a real node, and coredns;
 #   node-packages: only the Debian packages a real node needs (apt-get, as root);
 #   coredns: CoreDNS with the plugins the cluster DNS of the real nodes' pods uses;
@@ -17,6 +17,7 @@
 #   lws: the LeaderWorkerSet controller, run on the host for replicas that span nodes;
 #   karmada: Karmada's control plane (controller manager, scheduler, webhook,
 #   aggregated API server), run on the host by test/multicluster (about 20 minutes the first time);
+#   ollama: Ollama, the real CPU engine (llama.cpp), linked statically (about 9 minutes the first time);
 #   registry: a real OCI registry (distribution), for the oci model source's tests.
 # Prints the folder of the last group built, e.g. for KUBEBUILDER_ASSETS.
 # AIINFERENCE_CACHE overrides the cache root (default ~/.cache/aiinference-operator).
@@ -304,6 +305,17 @@ karmada_tool() {
 	echo "$out"
 }
 
+# ollama_tool: Ollama (llama.cpp's CPU backend through cgo), the real engine
+# that runs on the real nodes (engine.type Ollama). Linked statically, so its
+# image needs no C or C++ runtime beside it; under nice, since its C++ takes
+# about 9 minutes of two cores the first time.
+ollama_tool() {
+	local version
+	version=$(version_of ollama github.com/ollama/ollama)
+	cgo=1 nice=10 build ollama github.com/ollama/ollama github.com/ollama/ollama ollama \
+		-tags netgo,osusergo -ldflags "-X github.com/ollama/ollama/version.Version=${version#v} -linkmode external -extldflags -static"
+}
+
 promtool_dir() {
 	command -v promtool >/dev/null || apt_install promtool prometheus
 	dirname "$(command -v promtool)"
@@ -323,6 +335,7 @@ for group in "$@"; do
 	lws) last=$(lws_tool) ;;
 	coredns) last=$(coredns_tool) ;;
 	karmada) last=$(karmada_tool) ;;
+	ollama) last=$(ollama_tool) ;;
 	all) cluster >/dev/null; s3 >/dev/null; rclone >/dev/null; registry >/dev/null; node >/dev/null; last=$(images) ;;
 	*) echo "build.sh: unknown group $group" >&2; exit 2 ;;
 	esac
