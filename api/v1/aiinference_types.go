@@ -30,6 +30,10 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.gpu) || !has(self.gpu.nodes) || self.gpu.nodes <= 1 || !has(self.rollout) || self.rollout.strategy != 'Canary'",message="rollout.strategy Canary is not available for replicas that span nodes (gpu.nodes above 1) yet: use the Rolling strategy, which replaces whole groups one at a time"
 // +kubebuilder:validation:XValidation:rule="!has(self.gpu) || !has(self.gpu.nodes) || self.gpu.nodes <= 1 || !has(self.adapters) || size(self.adapters) == 0",message="spec.adapters is not available for replicas that span nodes (gpu.nodes above 1) yet: the adapter agent loads into one engine process, not a group; remove spec.adapters or serve the model on one node"
 // +kubebuilder:validation:XValidation:rule="!has(self.routing) || !self.routing.enabled || self.engine.type != 'Triton'",message="routing.enabled needs an OpenAI API (the router reads the model and the prompt from /v1/completions and /v1/chat/completions bodies), which Triton does not serve: use vLLM or TGI, or leave routing off"
+// +kubebuilder:validation:XValidation:rule="self.engine.type != 'Ollama' || !has(self.gpu) || !has(self.gpu.count) || self.gpu.count == 0",message="engine.type Ollama runs llama.cpp on CPU (its image is built without GPU support, and it does not shard a model over GPUs): set gpu.count to 0 and give the pods CPU and memory in spec.resources"
+// +kubebuilder:validation:XValidation:rule="self.engine.type != 'Ollama' || !has(self.adapters) || size(self.adapters) == 0",message="Ollama cannot load LoRA adapters at run time (it takes an adapter only into a model built with it): remove spec.adapters, or serve the model with engine.type vLLM"
+// +kubebuilder:validation:XValidation:rule="self.engine.type != 'Ollama' || !has(self.autoscaling)",message="autoscaling reads the engine's load from its /metrics, and Ollama exports none: remove spec.autoscaling and set spec.replicas"
+// +kubebuilder:validation:XValidation:rule="self.engine.type != 'Ollama' || !has(self.rollout) || !has(self.rollout.canary) || self.rollout.canary.steps.all(s, !has(s.analysis))",message="canary analysis reads the engine's metrics, and Ollama exports none: remove rollout.canary.steps[].analysis (the steps still shift traffic and wait their pause)"
 type AIInferenceSpec struct {
 	// Model says which model to serve and where its weights are.
 	Model ModelSpec `json:"model"`
@@ -258,7 +262,7 @@ type HTTPSource struct {
 }
 
 // EngineType names a supported model server.
-// +kubebuilder:validation:Enum=vLLM;TGI;Triton
+// +kubebuilder:validation:Enum=vLLM;TGI;Triton;Ollama
 type EngineType string
 
 // Supported engines.
@@ -266,14 +270,23 @@ const (
 	EngineVLLM   EngineType = "vLLM"
 	EngineTGI    EngineType = "TGI"
 	EngineTriton EngineType = "Triton"
+	// EngineOllama is Ollama (llama.cpp) on CPU, serving one GGUF file.
+	EngineOllama EngineType = "Ollama"
 )
 
 // EngineSpec is the model server and how it is started.
 // +kubebuilder:validation:XValidation:rule="self.type != 'Triton' || !has(self.warmup) || !has(self.warmup.enabled) || !self.warmup.enabled",message="engine.warmup is not available for Triton, which serves no completions API; warm the models with model_warmup in their config.pbtxt, which Triton's readiness waits for, and remove engine.warmup.enabled"
 // +kubebuilder:validation:XValidation:rule="!has(self.port) || self.port != 8099",message="engine.port 8099 is the warm-up gate's readiness port in the pod; choose another port"
+// +kubebuilder:validation:XValidation:rule="!has(self.ollama) || self.type == 'Ollama'",message="engine.ollama configures Ollama only: remove it, or set engine.type Ollama"
+// +kubebuilder:validation:XValidation:rule="self.type != 'Ollama' || !has(self.args) || size(self.args) == 0",message="Ollama's server takes no arguments: set its parallel slots and context in engine.ollama, and other OLLAMA_* settings in engine.env; remove engine.args"
 type EngineSpec struct {
-	// Type is the model server: vLLM, TGI or Triton.
+	// Type is the model server: vLLM, TGI, Triton, or Ollama (llama.cpp on
+	// CPU, serving one GGUF file).
 	Type EngineType `json:"type"`
+
+	// Ollama configures engine.type Ollama.
+	// +optional
+	Ollama *OllamaSpec `json:"ollama,omitempty"`
 
 	// Image overrides the engine's default image.
 	// +kubebuilder:validation:MaxLength=512
@@ -321,6 +334,48 @@ type EngineSpec struct {
 	// (model_warmup in config.pbtxt).
 	// +optional
 	Warmup *WarmupSpec `json:"warmup,omitempty"`
+}
+
+// OllamaSpec is how Ollama serves the model.
+type OllamaSpec struct {
+	// Parallel is how many requests a replica runs at once
+	// (OLLAMA_NUM_PARALLEL): its slots, which share the compute and each
+	// keep the KV cache of its last prompt, so a prompt that shares a prefix
+	// with it skips that prefix's prefill. The router holds requests beyond
+	// it in its fair queues. Defaults to 4.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	// +optional
+	Parallel int32 `json:"parallel,omitempty"`
+
+	// ContextLength is each slot's context in tokens, prompt and answer
+	// (OLLAMA_CONTEXT_LENGTH); the KV cache holds parallel times this.
+	// Defaults to 4096.
+	// +kubebuilder:validation:Minimum=256
+	// +kubebuilder:validation:Maximum=131072
+	// +optional
+	ContextLength int32 `json:"contextLength,omitempty"`
+}
+
+// Ollama defaults.
+const (
+	DefaultOllamaParallel      = 4
+	DefaultOllamaContextLength = 4096
+)
+
+// OllamaSettings is spec.engine.ollama with its defaults.
+func (e EngineSpec) OllamaSettings() OllamaSpec {
+	var s OllamaSpec
+	if e.Ollama != nil {
+		s = *e.Ollama
+	}
+	if s.Parallel == 0 {
+		s.Parallel = DefaultOllamaParallel
+	}
+	if s.ContextLength == 0 {
+		s.ContextLength = DefaultOllamaContextLength
+	}
+	return s
 }
 
 // WarmupSpec configures the warm-up gate.

@@ -61,6 +61,7 @@ type v1Fields struct {
 	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
 	EngineSecurity   *corev1.SecurityContext       `json:"engineSecurityContext,omitempty"`
 	Warmup           *servingv1.WarmupSpec         `json:"warmup,omitempty"`
+	Ollama           *servingv1.OllamaSpec         `json:"ollama,omitempty"`
 	Rollout          *servingv1.RolloutSpec        `json:"rollout,omitempty"`
 	Autoscaling      *servingv1.AutoscalingSpec    `json:"autoscaling,omitempty"`
 	NetworkPolicy    *servingv1.NetworkPolicySpec  `json:"networkPolicy,omitempty"`
@@ -160,6 +161,7 @@ func (src *AIInference) ConvertTo(dstRaw conversion.Hub) error {
 	}
 	dst.Spec.Engine.SecurityContext = saved.EngineSecurity.DeepCopy()
 	dst.Spec.Engine.Warmup = saved.Warmup.DeepCopy()
+	dst.Spec.Engine.Ollama = saved.Ollama.DeepCopy()
 	dst.Spec.Rollout = saved.Rollout.DeepCopy()
 	dst.Spec.Autoscaling = saved.Autoscaling.DeepCopy()
 	dst.Spec.NetworkPolicy = saved.NetworkPolicy.DeepCopy()
@@ -226,6 +228,7 @@ func (dst *AIInference) ConvertFrom(srcRaw conversion.Hub) error {
 		ImagePullSecrets: append([]corev1.LocalObjectReference(nil), s.ImagePullSecrets...),
 		EngineSecurity:   s.Engine.SecurityContext.DeepCopy(),
 		Warmup:           s.Engine.Warmup.DeepCopy(),
+		Ollama:           s.Engine.Ollama.DeepCopy(),
 		Rollout:          s.Rollout.DeepCopy(),
 		Autoscaling:      s.Autoscaling.DeepCopy(),
 		NetworkPolicy:    s.NetworkPolicy.DeepCopy(),

@@ -195,7 +195,7 @@ func keepOnlyWhatV1Alpha1Expresses(o *servingv1.AIInference) {
 	s := &o.Spec
 	s.Model.Revision, s.Model.SHA256Manifest = "", ""
 	s.Model.Source = sourceFromLocation(locationOf(s.Model.Source))
-	s.Engine.Env, s.Engine.Port, s.Engine.SecurityContext, s.Engine.Warmup = nil, 0, nil, nil
+	s.Engine.Env, s.Engine.Port, s.Engine.SecurityContext, s.Engine.Warmup, s.Engine.Ollama = nil, 0, nil, nil, nil
 	s.GPU.Products = productsFrom(firstProduct(s.GPU.Products))
 	s.GPU.Nodes, s.GPU.TopologyKey = 0, ""
 	s.Cache, s.ServiceAccountName, s.PodMetadata, s.ImagePullSecrets, s.Rollout, s.Autoscaling = nil, "", nil, nil, nil, nil

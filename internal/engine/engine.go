@@ -28,6 +28,11 @@ type Params struct {
 	// Nodes is the number of nodes one replica spans (at least 1); above 1
 	// only for an engine that is a MultiNode.
 	Nodes int32
+	// Ollama is spec.engine.ollama with its defaults.
+	Ollama servingv1.OllamaSpec
+	// CPUs is the engine container's CPU limit in whole CPUs (at least 1),
+	// 0 when it has none.
+	CPUs int32
 	// Adapters are the LoRA adapters of the spec; the engine is started able
 	// to serve them (and, for an engine that takes them only at start, with
 	// them).
@@ -84,9 +89,9 @@ type Engine interface {
 	// the first one exported wins; none when the engine exports no such gauge.
 	SignalMetrics(s servingv1.AutoscalingSignal) []string
 	// Concurrency is how many requests the engine runs at once as the
-	// spec's arguments set it; 0 when they do not say (the router then
-	// learns it from the engine's readings).
-	Concurrency(args []string) int
+	// engine spec sets it; 0 when it does not say (the router then learns
+	// it from the engine's readings).
+	Concurrency(spec servingv1.EngineSpec) int
 }
 
 // flagInt is the value of a --name N or --name=N argument, the last one
@@ -115,6 +120,7 @@ var engines = map[servingv1.EngineType]Engine{
 	servingv1.EngineVLLM:   vllm{},
 	servingv1.EngineTGI:    tgi{},
 	servingv1.EngineTriton: triton{},
+	servingv1.EngineOllama: ollama{},
 }
 
 // For returns the engine of a type. Admission only lets known types through, so an

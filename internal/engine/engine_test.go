@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
+	"github.com/aiinference/operator/internal/version"
 	"github.com/aiinference/operator/internal/warmup"
 )
 
@@ -13,7 +14,8 @@ import (
 // the comment above each engine's type (vllm.go, tgi.go, triton.go) names the
 // files. Change a row only after checking the engine again.
 func TestEngines(t *testing.T) {
-	p := Params{ModelPath: "/models/model", ServedName: "llama", Port: 9001, TensorParallel: 4}
+	p := Params{ModelPath: "/models/model", ServedName: "llama", Port: 9001, TensorParallel: 4,
+		Ollama: servingv1.OllamaSpec{Parallel: 4, ContextLength: 4096}, CPUs: 2}
 	tests := []struct {
 		engine      servingv1.EngineType
 		image       string
@@ -48,6 +50,15 @@ func TestEngines(t *testing.T) {
 			args:        []string{"--model-repository=/models/model", "--http-port=9001"},
 			defaultPort: 8000, reserved: []int32{8001, 8002}, readiness: "/v2/health/ready", liveness: "/v2/health/live",
 			warmupAPI: "",
+		},
+		{
+			// Ollama v0.9.6: server/routes.go, envconfig/config.go; the
+			// entrypoint is cmd/ollama-start, which execs `ollama serve`.
+			engine: servingv1.EngineOllama, image: "aiinference/ollama:" + version.Version, command: []string{"/ollama-start"},
+			args: []string{"--model-dir", "/models/model", "--name", "llama", "--port", "9001",
+				"--parallel", "4", "--context-length", "4096", "--threads", "2"},
+			defaultPort: 11434, reserved: nil, readiness: "/", liveness: "/",
+			warmupAPI: warmup.APIOpenAI,
 		},
 	}
 	for _, tt := range tests {
@@ -88,7 +99,7 @@ func TestEngines(t *testing.T) {
 			}
 		})
 	}
-	if _, err := For("Ollama"); err == nil {
+	if _, err := For("SGLang"); err == nil {
 		t.Error("For(unknown) returned no error")
 	}
 }
@@ -121,7 +132,7 @@ func TestConcurrencyFromTheArguments(t *testing.T) {
 		{[]string{"--max-num-seqs", "-3"}, 0},
 		{[]string{"--max-num-seqs"}, 0},
 	} {
-		if got := vllm.Concurrency(c.args); got != c.want {
+		if got := vllm.Concurrency(servingv1.EngineSpec{Args: c.args}); got != c.want {
 			t.Errorf("vLLM's concurrency of %q: %d, want %d", c.args, got, c.want)
 		}
 	}

@@ -72,7 +72,7 @@ func (tgi) MetricsPort() int32 { return 0 }
 
 // Concurrency: TGI batches by a token budget (--max-batch-total-tokens),
 // not by a count of requests.
-func (tgi) Concurrency([]string) int { return 0 }
+func (tgi) Concurrency(servingv1.EngineSpec) int { return 0 }
 
 // SignalMetrics: the router's queue and the size of the batch it runs; TGI
 // exports no KV-cache utilisation.

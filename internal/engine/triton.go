@@ -73,7 +73,7 @@ func (triton) MetricsPort() int32 { return 8002 }
 
 // Concurrency: Triton's batching is in each model's config.pbtxt, not in
 // its arguments.
-func (triton) Concurrency([]string) int { return 0 }
+func (triton) Concurrency(servingv1.EngineSpec) int { return 0 }
 
 // SignalMetrics: Triton's pending requests, per model; it exports no gauge of
 // running requests nor of KV-cache use (a TensorRT-LLM backend's own metrics

@@ -103,7 +103,7 @@ func (vllm) MetricsPort() int32 { return 0 }
 
 // Concurrency: --max-num-seqs bounds the sequences in a batch; its default
 // depends on the GPU and vLLM's version, so without it the router learns.
-func (vllm) Concurrency(args []string) int { return flagInt(args, "--max-num-seqs") }
+func (vllm) Concurrency(spec servingv1.EngineSpec) int { return flagInt(spec.Args, "--max-num-seqs") }
 
 // SignalMetrics: vllm:kv_cache_usage_perc is a fraction (0-1) despite its
 // name; before vLLM 0.10 it was vllm:gpu_cache_usage_perc.

@@ -538,7 +538,7 @@ func (rt *Router) endRetry(s *modelState) {
 // status is the answer when it is not sent.
 func (rt *Router) waitForRoom(ctx context.Context, key types.NamespacedName, state *modelState, obj *servingv1.AIInference, from sender, onWait func()) (released bool, status int, why string) {
 	if eng, err := engine.For(obj.Spec.Engine.Type); err == nil {
-		state.picker.SetConcurrency(eng.Concurrency(obj.Spec.Engine.Args))
+		state.picker.SetConcurrency(eng.Concurrency(obj.Spec.Engine))
 	}
 	saturated := rt.saturation(state)
 	if state.flow.length() == 0 && !saturated() {

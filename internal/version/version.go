@@ -15,9 +15,13 @@ const (
 	OperatorRepository = "aiinference/operator"
 	LoaderRepository   = "aiinference/model-loader"
 	RouterRepository   = "aiinference/router"
+	// OllamaRepository is the engine image of engine.type Ollama: Ollama
+	// (built from its module) behind the operator's cmd/ollama-start.
+	OllamaRepository = "aiinference/ollama"
 )
 
 // OperatorImage and LoaderImage are the images of this version.
 func OperatorImage() string { return OperatorRepository + ":" + Version }
 func LoaderImage() string   { return LoaderRepository + ":" + Version }
 func RouterImage() string   { return RouterRepository + ":" + Version }
+func OllamaImage() string   { return OllamaRepository + ":" + Version }

@@ -81,6 +81,14 @@ func withAdapters(mutate func(*servingv1.AIInference), names ...string) *serving
 }
 
 // overNodes spreads the valid object's replicas over nodes of 8 H100s.
+// onOllama is a valid object moved to engine.type Ollama on CPU, then mutated.
+func onOllama(mutate func(*servingv1.AIInference)) *servingv1.AIInference {
+	return validV1(func(o *servingv1.AIInference) {
+		o.Spec.Engine.Type, o.Spec.GPU = servingv1.EngineOllama, servingv1.GPUSpec{}
+		mutate(o)
+	})
+}
+
 func overNodes(nodes int32, mutate func(*servingv1.AIInference)) *servingv1.AIInference {
 	return validV1(func(o *servingv1.AIInference) {
 		o.Spec.GPU = servingv1.GPUSpec{Count: 8, Products: []string{"NVIDIA-H100-80GB-HBM3"}, Nodes: nodes}
@@ -259,6 +267,25 @@ func invalidCases() []invalidCase {
 		{name: "v1alpha1 duplicated toleration", obj: validV1Alpha1(func(o *servingv1alpha1.AIInference) {
 			o.Spec.Tolerations = []corev1.Toleration{gpuToleration, gpuToleration}
 		}), want: []string{"spec.tolerations[1]", "same toleration as spec.tolerations[0]"}},
+
+		// v1: engine.type Ollama, on CPU.
+		{name: "Ollama on GPUs", schema: true, obj: onOllama(func(o *servingv1.AIInference) { o.Spec.GPU.Count = 1 }),
+			want: []string{"engine.type Ollama runs llama.cpp on CPU", "set gpu.count to 0", "spec.resources"}},
+		{name: "adapters on Ollama", schema: true, obj: withAdapters(func(o *servingv1.AIInference) {
+			o.Spec.Engine.Type, o.Spec.GPU = servingv1.EngineOllama, servingv1.GPUSpec{}
+		}, "sql"),
+			want: []string{"Ollama cannot load LoRA adapters", "remove spec.adapters", "engine.type vLLM"}},
+		{name: "autoscaling Ollama", schema: true, obj: onOllama(func(o *servingv1.AIInference) {
+			o.Spec.Autoscaling = &servingv1.AutoscalingSpec{MaxReplicas: 3}
+		}), want: []string{"Ollama exports none", "remove spec.autoscaling"}},
+		{name: "Ollama arguments", schema: true, obj: onOllama(func(o *servingv1.AIInference) { o.Spec.Engine.Args = []string{"--verbose"} }),
+			want: []string{"Ollama's server takes no arguments", "engine.ollama", "engine.env"}},
+		{name: "engine.ollama on vLLM", schema: true, obj: validV1(func(o *servingv1.AIInference) {
+			o.Spec.Engine.Ollama = &servingv1.OllamaSpec{Parallel: 2}
+		}), want: []string{"engine.ollama configures Ollama only"}},
+		{name: "Ollama with 100 slots", schema: true, obj: onOllama(func(o *servingv1.AIInference) {
+			o.Spec.Engine.Ollama = &servingv1.OllamaSpec{Parallel: 100}
+		}), want: []string{"spec.engine.ollama.parallel", "less than or equal to 64"}},
 
 		// v1alpha1: refused by the CRD schema before any webhook.
 		{name: "v1alpha1 URI scheme", schema: true, obj: validV1Alpha1(func(o *servingv1alpha1.AIInference) { o.Spec.ModelURI = "ftp://models/llama" }),

@@ -328,6 +328,18 @@ func loaderEnv(obj *servingv1.AIInference) []corev1.EnvVar {
 	return nil
 }
 
+// wholeCPUs is the engine's CPU limit in whole CPUs, at least 1 (its
+// request when it has no limit); 0 when it has neither.
+func wholeCPUs(r corev1.ResourceRequirements) int32 {
+	q, ok := r.Limits[corev1.ResourceCPU]
+	if !ok {
+		if q, ok = r.Requests[corev1.ResourceCPU]; !ok {
+			return 0
+		}
+	}
+	return int32(max(q.MilliValue()/1000, 1))
+}
+
 func engineContainer(obj *servingv1.AIInference, eng engine.Engine, opts Options) corev1.Container {
 	spec := obj.Spec
 	port := enginePort(obj, eng)
@@ -342,6 +354,8 @@ func engineContainer(obj *servingv1.AIInference, eng engine.Engine, opts Options
 		TensorParallel: max(spec.GPU.Count, 1),
 		Nodes:          obj.NodesPerReplica(),
 		Adapters:       engineAdapters(obj),
+		Ollama:         spec.Engine.OllamaSettings(),
+		CPUs:           wholeCPUs(spec.Resources),
 	}
 	args := append(eng.Args(params), spec.Engine.Args...)
 
