@@ -5,19 +5,20 @@
 # A binary already in the cache is reused, so only the first run pays the build.
 #
 # Usage: hack/tools/build.sh GROUP...
-#   groups: envtest cluster s3 rclone registry node node-packages coredns sim images promtool helm traefik keda lws karmada ollama netpol kube-network-policies all
+#   groups: envtest cluster s3 rclone registry node node-packages coredns sim images tinymodel promtool helm traefik keda lws karmada ollama netpol kube-network-policies all
 #   node: kubelet, kube-proxy, containerd, runc and CNI plugins of a real node, and coredns;
 #   node-packages: only the Debian packages a real node needs (apt-get, as root);
 #   coredns: CoreDNS with the plugins the cluster DNS of the real nodes' pods uses;
-#   sim: llm-d-inference-sim; images: the real node's image tarballs (pause,
-#   model-loader, llm-d-inference-sim behind fake-vllm, router) for `ctr images import`; promtool: Debian's
-#   prometheus package (promtool checks metric names and unit-tests the alerts);
+#   sim: llm-d-inference-sim; images: the real node's image tarballs (pause, model-loader,
+#   llm-d-inference-sim behind fake-vllm, router, ollama behind ollama-start) for `ctr images import`;
+#   promtool: Debian's prometheus package (promtool checks metric names and unit-tests the alerts);
 #   traefik: the local cluster's Gateway API data plane (docs/gateway.md);
 #   keda: KEDA's operator, run on the host by the bring-your-own autoscaler test;
 #   lws: the LeaderWorkerSet controller, run on the host for replicas that span nodes;
 #   karmada: Karmada's control plane (controller manager, scheduler, webhook,
 #   aggregated API server), run on the host by test/multicluster (about 20 minutes the first time);
 #   ollama: Ollama, the real CPU engine (llama.cpp), linked statically (about 9 minutes the first time);
+#   tinymodel: the GGUF model hack/tinymodel writes (random weights, 43 MB) that Ollama serves in the tests;
 #   registry: a real OCI registry (distribution), for the oci model source's tests.
 # Prints the folder of the last group built, e.g. for KUBEBUILDER_ASSETS.
 # AIINFERENCE_CACHE overrides the cache root (default ~/.cache/aiinference-operator).
@@ -201,8 +202,10 @@ image() {
 }
 
 images() {
-	local sim_bin images_src work pause loader engine router dir
+	local sim_bin ollama_bin ollama_version images_src work pause loader engine router ollama dir
 	sim_bin=$(sim)/llm-d-inference-sim
+	ollama_bin=$(ollama_tool)/ollama
+	ollama_version=$(version_of ollama github.com/ollama/ollama)
 	images_src=$(cd "$tools_dir/../images" && pwd)
 	work=$(mktemp -d)
 	# shellcheck disable=SC2064 # expand work now: it is local to this function.
@@ -211,6 +214,7 @@ images() {
 	(cd "$images_src" && CGO_ENABLED=0 go build -trimpath -o "$work/fake-vllm" ./fakevllm)
 	(cd "$tools_dir/../.." && CGO_ENABLED=0 go build -trimpath -o "$work/model-loader" ./cmd/model-loader)
 	(cd "$tools_dir/../.." && CGO_ENABLED=0 go build -trimpath -o "$work/router" ./cmd/router)
+	(cd "$tools_dir/../.." && CGO_ENABLED=0 go build -trimpath -o "$work/ollama-start" ./cmd/ollama-start)
 	pause=$(image pause "$work/pause" 65535:65535)
 	loader=$(image model-loader "$work/model-loader" 65532:65532)
 	# The engine image's entrypoint is fake-vllm (hack/images/fakevllm), which
@@ -221,12 +225,16 @@ images() {
 	engine=$(links="/bin/bash=/fake-vllm /bash=/fake-vllm /python3=/fake-vllm /ray=/fake-vllm" \
 		image llm-d-inference-sim "$work/fake-vllm" 65532:65532 "$sim_version-" "$sim_bin")
 	router=$(image router "$work/router" 65532:65532)
-	dir="$cache_root/images/set-$(basename "$pause" .tar)-$(basename "$loader" .tar)-$(basename "$engine" .tar)-$(basename "$router" .tar)"
+	# The Ollama engine image (engine.type Ollama): ollama-start registers the
+	# model folder's GGUF file in a store and execs /ollama serve.
+	ollama=$(image ollama "$work/ollama-start" 65532:65532 "$ollama_version-" "$ollama_bin")
+	dir="$cache_root/images/set-$(basename "$pause" .tar)-$(basename "$loader" .tar)-$(basename "$engine" .tar)-$(basename "$router" .tar)-$(basename "$ollama" .tar)"
 	mkdir -p "$dir"
 	ln -sfn "$pause" "$dir/pause.tar"
 	ln -sfn "$loader" "$dir/model-loader.tar"
 	ln -sfn "$engine" "$dir/llm-d-inference-sim.tar"
 	ln -sfn "$router" "$dir/router.tar"
+	ln -sfn "$ollama" "$dir/ollama.tar"
 	echo "$dir"
 }
 
@@ -316,15 +324,32 @@ ollama_tool() {
 		-tags netgo,osusergo -ldflags "-X github.com/ollama/ollama/version.Version=${version#v} -linkmode external -extldflags -static"
 }
 
+# tinymodel: the GGUF model hack/tinymodel writes at its defaults (random
+# weights, Llama 3.2's tokenizer, 43 MB), which engine.type Ollama serves in the
+# tests; cached by the generator's source, which fixes its bytes.
+tinymodel() {
+	local src key out
+	src=$(cd "$tools_dir/../tinymodel" && pwd)
+	key=$(cat "$src/go.sum" "$src/main.go" | sha256sum | cut -c1-16)
+	out="$cache_root/models/tinyllama-random-$key"
+	if [ ! -f "$out/model.gguf" ]; then
+		mkdir -p "$out"
+		echo "Writing the tiny Ollama model into $out (first run only)" >&2
+		(cd "$src" && go run . -out "$out/.model.gguf.$$.tmp")
+		mv "$out/.model.gguf.$$.tmp" "$out/model.gguf"
+	fi
+	echo "$out"
+}
+
 promtool_dir() {
 	command -v promtool >/dev/null || apt_install promtool prometheus
 	dirname "$(command -v promtool)"
 }
 
-[ $# -gt 0 ] || { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,/^# AIINFERENCE_CACHE/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 for group in "$@"; do
 	case "$group" in
-	envtest | cluster | s3 | rclone | registry | node | sim | images) last=$("$group") ;;
+	envtest | cluster | s3 | rclone | registry | node | sim | images | tinymodel) last=$("$group") ;;
 	promtool) last=$(promtool_dir) ;;
 	node-packages) node_packages; last="" ;;
 	helm) last=$(helm_tool) ;;

@@ -283,6 +283,8 @@ func invalidCases() []invalidCase {
 		{name: "engine.ollama on vLLM", schema: true, obj: validV1(func(o *servingv1.AIInference) {
 			o.Spec.Engine.Ollama = &servingv1.OllamaSpec{Parallel: 2}
 		}), want: []string{"engine.ollama configures Ollama only"}},
+		{name: "Ollama name with a space", obj: onOllama(func(o *servingv1.AIInference) { o.Spec.Model.Name = "tiny chat" }),
+			want: []string{"spec.model.name", "not a name Ollama accepts", "[[host/]namespace/]model[:tag]"}},
 		{name: "Ollama with 100 slots", schema: true, obj: onOllama(func(o *servingv1.AIInference) {
 			o.Spec.Engine.Ollama = &servingv1.OllamaSpec{Parallel: 100}
 		}), want: []string{"spec.engine.ollama.parallel", "less than or equal to 64"}},

@@ -14,6 +14,7 @@ import (
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/engine"
+	"github.com/aiinference/operator/internal/ollamastore"
 )
 
 // Validation of what the CRD's schema and CEL rules cannot express: knowledge of
@@ -242,6 +243,11 @@ func validate(obj *servingv1.AIInference, p paths) (warnings []string, errs fiel
 	}
 	errs = append(errs, validateResources(s.Resources, p.resources)...)
 	errs = append(errs, validateShape(s.GPU, p)...)
+	if s.Engine.Type == servingv1.EngineOllama {
+		if err := ollamastore.ValidateName(s.Model.Name); err != nil {
+			errs = append(errs, field.Invalid(p.modelName, s.Model.Name, err.Error()+"; choose a name of that form"))
+		}
+	}
 	for _, product := range s.GPU.Products {
 		if !slices.Contains(KnownGPUProducts, product) {
 			warnings = append(warnings, fmt.Sprintf(

@@ -32,7 +32,9 @@ const (
 	PauseImage       = "pause"
 	ModelLoaderImage = "model-loader"
 	EngineSimImage   = "llm-d-inference-sim"
-	RouterImage      = "router"
+	// EngineOllamaImage is Ollama behind cmd/ollama-start (engine.type Ollama).
+	EngineOllamaImage = "ollama"
+	RouterImage       = "router"
 )
 
 // LoadImageArchives returns the *.tar image archives in dir, sorted by name,
@@ -101,9 +103,9 @@ func archiveRef(path string) (string, error) {
 }
 
 // BuildImages runs `hack/tools/build.sh images` in repoRoot, which writes the
-// pause, model-loader and llm-d-inference-sim image archives (or finds them in
-// its cache), and returns the folder holding them. A cold run builds
-// llm-d-inference-sim, which takes minutes.
+// pause, model-loader, llm-d-inference-sim, router and ollama image archives
+// (or finds them in its cache), and returns the folder holding them. A cold
+// run builds llm-d-inference-sim and Ollama, which takes about 10 minutes.
 func BuildImages(ctx context.Context, repoRoot string, progress io.Writer) (string, error) {
 	return runBuildScript(ctx, repoRoot, "images", progress)
 }
