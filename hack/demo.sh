@@ -12,6 +12,8 @@ state_dir=${AIINFERENCE_DEMO_STATE:-${XDG_CACHE_HOME:-$HOME/.cache}/aiinference-
 operator_pid_file="$state_dir/operator.pid"
 operator_log="$state_dir/operator.log"
 namespace=demo
+# The operator runs on the host as if in this namespace, where the router runs.
+operator_namespace=aiinference-system
 
 stop_operator() {
 	if [ -f "$operator_pid_file" ]; then
@@ -74,10 +76,32 @@ canary_split() {
 apply_real_node_sample() {
 	local sample var
 	sample=$(cat "$1")
-	for var in OBJECT_STORE_MODEL_BYTES OBJECT_STORE_BUCKET OBJECT_STORE_MODEL_PREFIX OBJECT_STORE_ENDPOINT IMAGE_LLM_D_INFERENCE_SIM GATEWAY_NAME GATEWAY_NAMESPACE; do
+	for var in OBJECT_STORE_MODEL_BYTES OBJECT_STORE_BUCKET OBJECT_STORE_MODEL_PREFIX OBJECT_STORE_ENDPOINT IMAGE_LLM_D_INFERENCE_SIM \
+		OBJECT_STORE_GGUF_PREFIX OBJECT_STORE_GGUF_BYTES IMAGE_OLLAMA GATEWAY_NAME GATEWAY_NAMESPACE; do
 		sample=${sample//"\${$var}"/${!var}}
 	done
 	echo "$sample" | kubectl apply -n "$namespace" -f -
+}
+
+# install_router installs the router as the chart does (router.enabled), on
+# the real node, into the operator's namespace, and waits for it.
+install_router() {
+	local helm_dir values
+	helm_dir=$(hack/tools/build.sh helm)
+	values=$(mktemp)
+	cat >"$values" <<VALUES
+router:
+  enabled: true
+  image: {repository: "${IMAGE_ROUTER%:*}", tag: "${IMAGE_ROUTER##*:}"}
+  replicas: 1
+  nodeSelector: {nvidia.com/gpu.product: NVIDIA-T4}
+  tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+VALUES
+	kubectl create namespace "$operator_namespace" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+	"$helm_dir/helm" template aiinference charts/aiinference-operator --namespace "$operator_namespace" \
+		--values "$values" --show-only templates/router.yaml | kubectl apply -n "$operator_namespace" -f - >/dev/null
+	rm -f "$values"
+	kubectl rollout status deployment/aiinference-router -n "$operator_namespace" --timeout=3m >/dev/null
 }
 
 if [ "${1:-up}" = down ]; then
@@ -133,7 +157,7 @@ if [ -n "${OBJECT_STORE_ENDPOINT:-}" ]; then
 	host_ip=${OBJECT_STORE_ENDPOINT#*://}
 	activator_flags=(--activator-advertise-address="${host_ip%%:*}")
 fi
-nohup "$root/bin/manager" --metrics-bind-address=0 --health-probe-bind-address=127.0.0.1:0 \
+POD_NAMESPACE=$operator_namespace nohup "$root/bin/manager" --metrics-bind-address=0 --health-probe-bind-address=127.0.0.1:0 \
 	--loader-image="${IMAGE_MODEL_LOADER:-localcluster.local/model-loader:not-built}" "${activator_flags[@]}" >>"$operator_log" 2>&1 &
 echo $! >"$operator_pid_file"
 
@@ -146,6 +170,9 @@ if [ -n "${OBJECT_STORE_ENDPOINT:-}" ]; then
 		--from-literal=AWS_ACCESS_KEY_ID="$OBJECT_STORE_AWS_ACCESS_KEY_ID" \
 		--from-literal=AWS_SECRET_ACCESS_KEY="$OBJECT_STORE_AWS_SECRET_ACCESS_KEY" | kubectl apply -f - >/dev/null
 	apply_real_node_sample config/localcluster/demo-real-node.yaml
+	echo "==> Installing the router on the real node (the chart's router.yaml), which tiny-ollama's requests go through"
+	install_router
+	apply_real_node_sample config/localcluster/demo-ollama.yaml
 fi
 
 echo "==> Watching them (kubectl get aii -n $namespace)"
@@ -177,6 +204,19 @@ if [ -n "${OBJECT_STORE_ENDPOINT:-}" ]; then
 	curl -sS --max-time 10 --retry 5 --retry-all-errors --retry-delay 1 "http://$service_ip:8000/v1/completions" \
 		-H 'Content-Type: application/json' -d '{"model": "tiny-llama", "prompt": "Hello", "max_tokens": 8}'
 	echo
+fi
+if [ -n "${OBJECT_STORE_ENDPOINT:-}" ]; then
+	echo
+	echo "==> tiny-ollama: a real engine (Ollama, llama.cpp on CPU) on the generated model, through the router"
+	echo "    (random weights: the words are computed, token by token, but mean nothing; docs/ollama.md)"
+	service_ip=$(kubectl get service tiny-ollama -n "$namespace" -o jsonpath='{.spec.clusterIP}')
+	service_port=$(kubectl get service tiny-ollama -n "$namespace" -o jsonpath='{.spec.ports[0].port}')
+	curl -sS --max-time 60 --retry 5 --retry-all-errors --retry-delay 1 -D - "http://$service_ip:$service_port/v1/chat/completions" \
+		-H 'Content-Type: application/json' \
+		-d '{"model": "tiny-chat", "messages": [{"role": "user", "content": "Tell me about war and peace."}], "max_tokens": 16}' |
+		tr -d '\r' | grep -iE '^x-aiinference-endpoint:|^\{'
+	echo
+	bin/kubectl-aii status tiny-ollama -n "$namespace"
 fi
 if [ -n "${OBJECT_STORE_ENDPOINT:-}" ] && [ -n "${GATEWAY_URL:-}" ]; then
 	canary_split

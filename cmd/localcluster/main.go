@@ -42,7 +42,8 @@ Commands:
               node-packages installs them, as root)
   env         print shell variables: KUBECONFIG, the real nodes' image references
               (IMAGE_MODEL_LOADER, IMAGE_LLM_D_INFERENCE_SIM, ...) and the object
-              store (OBJECT_STORE_ENDPOINT, _BUCKET, _MODEL_PREFIX, _MODEL_BYTES)
+              store (OBJECT_STORE_ENDPOINT, _BUCKET, _MODEL_PREFIX, _MODEL_BYTES,
+              _GGUF_PREFIX, _GGUF_BYTES)
               and the gateway (GATEWAY_URL, _NAMESPACE, _NAME, _API_URL)
 
 Flags:
@@ -161,7 +162,7 @@ type flags struct {
 	modelCache            string
 	modelCacheBinary      string
 	// Set by up for the detached supervisor only.
-	binDir, stageDir, realNodeBinDir, imageDir, objectStoreBinDir, gatewayBinDir, repoRoot string
+	binDir, stageDir, realNodeBinDir, imageDir, objectStoreBinDir, objectStoreGGUFDir, gatewayBinDir, repoRoot string
 }
 
 func networkPolicyOptions(f *flags) *localcluster.NetworkPolicyOptions {
@@ -189,7 +190,7 @@ func objectStoreOptions(f *flags) *localcluster.ObjectStoreOptions {
 	if f.objectStoreModelBytes <= 0 {
 		return nil
 	}
-	return &localcluster.ObjectStoreOptions{ModelBytes: f.objectStoreModelBytes, BinDir: f.objectStoreBinDir}
+	return &localcluster.ObjectStoreOptions{ModelBytes: f.objectStoreModelBytes, BinDir: f.objectStoreBinDir, GGUFDir: f.objectStoreGGUFDir}
 }
 
 // printEnv prints the cluster's facts as shell variable assignments.
@@ -202,6 +203,7 @@ func printEnv(s *localcluster.State) {
 	if o := s.ObjectStore; o != nil {
 		fmt.Printf("OBJECT_STORE_ENDPOINT=%s\nOBJECT_STORE_BUCKET=%s\nOBJECT_STORE_MODEL_PREFIX=%s\nOBJECT_STORE_MODEL_BYTES=%d\n",
 			shellQuote(o.Endpoint), shellQuote(o.Bucket), shellQuote(o.ModelPrefix), o.ModelBytes)
+		fmt.Printf("OBJECT_STORE_GGUF_PREFIX=%s\nOBJECT_STORE_GGUF_BYTES=%d\n", shellQuote(o.GGUFPrefix), o.GGUFBytes)
 		secret := o.CredentialsSecret("")
 		for _, key := range []string{loadspec.EnvAccessKeyID, loadspec.EnvSecretAccessKey} {
 			fmt.Printf("OBJECT_STORE_%s=%s\n", key, shellQuote(secret.StringData[key]))
@@ -216,7 +218,7 @@ func printEnv(s *localcluster.State) {
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // internalFlags are left out of the usage text.
-var internalFlags = map[string]bool{"bin-dir": true, "kwok-stage-dir": true, "real-node-bin-dir": true, "image-dir": true, "object-store-bin-dir": true, "gateway-bin-dir": true, "network-policy-bin-dir": true, "model-cache-binary": true, "repo-root": true}
+var internalFlags = map[string]bool{"bin-dir": true, "kwok-stage-dir": true, "real-node-bin-dir": true, "image-dir": true, "object-store-bin-dir": true, "object-store-gguf-dir": true, "gateway-bin-dir": true, "network-policy-bin-dir": true, "model-cache-binary": true, "repo-root": true}
 
 func newFlags(command string) (*flag.FlagSet, *flags) {
 	f := &flags{}
@@ -228,6 +230,7 @@ func newFlags(command string) (*flag.FlagSet, *flags) {
 	fs.BoolVar(&f.gateway, "gateway", false, "for up: run the cluster's Gateway API data plane (Traefik on the host, docs/gateway.md)")
 	fs.StringVar(&f.binDir, "bin-dir", "", "")
 	fs.StringVar(&f.objectStoreBinDir, "object-store-bin-dir", "", "")
+	fs.StringVar(&f.objectStoreGGUFDir, "object-store-gguf-dir", "", "")
 	fs.StringVar(&f.stageDir, "kwok-stage-dir", "", "")
 	fs.StringVar(&f.realNodeBinDir, "real-node-bin-dir", "", "")
 	fs.StringVar(&f.imageDir, "image-dir", "", "")

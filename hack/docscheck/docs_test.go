@@ -114,6 +114,7 @@ var (
 		"warmup":       regexp.MustCompile(`\bmodel-loader warmup\b(.*)`),
 		"kubectl-aii":  regexp.MustCompile(`\bkubectl[ -]aii\b(.*)`),
 		"router":       regexp.MustCompile(`(?:bin/router|cmd/router|^router)\b(.*)`),
+		"ollama-start": regexp.MustCompile(`(?:/ollama-start|cmd/ollama-start|^ollama-start)\b(.*)`),
 	}
 	pascal = regexp.MustCompile(`^[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*$`)
 )
@@ -132,15 +133,17 @@ func ourFlags(t *testing.T) map[string][]string {
 	t.Helper()
 	flags := map[string][]string{}
 
-	// The manager is a main package: build it and read its -h.
-	bin := filepath.Join(t.TempDir(), "manager")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/manager")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the manager: %v\n%s", err, out)
+	// The manager and ollama-start are main packages: build each and read its -h.
+	for _, name := range []string{"manager", "ollama-start"} {
+		bin := filepath.Join(t.TempDir(), name)
+		build := exec.Command("go", "build", "-o", bin, "./cmd/"+name)
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", name, err, out)
+		}
+		usage, _ := exec.Command(bin, "-h").CombinedOutput() // -h exits with status 0 or 2
+		flags[name] = flagsOfUsage(string(usage))
 	}
-	usage, _ := exec.Command(bin, "-h").CombinedOutput() // -h exits with status 0 or 2
-	flags["manager"] = flagsOfUsage(string(usage))
 
 	var buf bytes.Buffer
 	_, _ = loader.ParseArgs([]string{"-h"}, &buf)
@@ -203,7 +206,7 @@ func TestDocsNameRealFlags(t *testing.T) {
 		for _, line := range code {
 			line = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "$ "))
 			checked := false
-			for _, bin := range []string{"warmup", "model-loader", "manager", "kubectl-aii", "router"} {
+			for _, bin := range []string{"warmup", "model-loader", "manager", "kubectl-aii", "router", "ollama-start"} {
 				m := invocations[bin].FindStringSubmatch(line)
 				if m == nil {
 					continue
@@ -233,7 +236,7 @@ func checkAlone(t *testing.T, path, text string, ours []string) {
 	t.Helper()
 	for _, f := range flagRef.FindAllStringSubmatch(text, -1) {
 		if _, ok := externalFlags[f[1]]; !ok && !hasFlag(ours, f[1]) {
-			t.Errorf("%s: --%s is no flag of manager, model-loader, router or kubectl aii (in %q); if it is another program's, add it to externalFlags", path, f[1], strings.TrimSpace(f[0]))
+			t.Errorf("%s: --%s is no flag of manager, model-loader, router, ollama-start or kubectl aii (in %q); if it is another program's, add it to externalFlags", path, f[1], strings.TrimSpace(f[0]))
 		}
 	}
 }

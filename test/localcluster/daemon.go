@@ -235,7 +235,7 @@ func Up(ctx context.Context, opts UpOptions) (*State, error) {
 			return nil, err
 		}
 		args = append(args, "--object-store-model-bytes", strconv.FormatInt(opts.ObjectStoreModelBytes, 10),
-			"--object-store-bin-dir", store.BinDir)
+			"--object-store-bin-dir", store.BinDir, "--object-store-gguf-dir", store.GGUFDir)
 	}
 	if opts.Gateway {
 		fmt.Fprintln(out, "Finding or building traefik (hack/tools/build.sh traefik)")

@@ -30,6 +30,10 @@ type ObjectStoreOptions struct {
 	// BinDir holds versitygw. Empty: hack/tools/build.sh s3 builds it or finds it
 	// in its cache.
 	BinDir string
+	// GGUFDir holds model.gguf, the model engine.type Ollama serves (written
+	// by hack/tinymodel), seeded beside the other. Empty: hack/tools/build.sh
+	// tinymodel writes it or finds it in its cache.
+	GGUFDir string
 }
 
 // Names of the seeded model in the store.
@@ -37,6 +41,9 @@ const (
 	ObjectStoreBucket = "models"
 	// SeededModelPrefix is where the seeded model's files are in the bucket.
 	SeededModelPrefix = "tiny-llama/"
+	// SeededGGUFPrefix is where the seeded GGUF model is: model.gguf, random
+	// weights and Llama 3.2's tokenizer (hack/tinymodel).
+	SeededGGUFPrefix = "tinyllama-random/"
 	// objectStoreSecretName is the Secret CredentialsSecret returns.
 	objectStoreSecretName = "model-store-credentials"
 	seededShardSize       = 64 << 20
@@ -53,6 +60,9 @@ type ObjectStore struct {
 	ModelPrefix string `json:"modelPrefix"`
 	ModelFiles  int    `json:"modelFiles"`
 	ModelBytes  int64  `json:"modelBytes"`
+	// GGUFPrefix and GGUFBytes locate the seeded GGUF model (one file).
+	GGUFPrefix string `json:"ggufPrefix"`
+	GGUFBytes  int64  `json:"ggufBytes"`
 	// Root is the folder behind the store (a bucket is a sub-folder): tests corrupt
 	// an object by writing there, behind the store's back, as a failing disk would.
 	Root string `json:"root"`
@@ -102,10 +112,11 @@ func (s *ObjectStore) ObjectGets(bucket, prefix string) (int, error) {
 	return n, scanner.Err()
 }
 
-// prepareObjectStore finds or builds versitygw before the cluster starts, so
-// that a cold build does not count against the start timeout.
+// prepareObjectStore finds or builds versitygw and the GGUF model before the
+// cluster starts, so that a cold build does not count against the start
+// timeout.
 func prepareObjectStore(ctx context.Context, opts Options, progress io.Writer) (*ObjectStoreOptions, error) {
-	if opts.ObjectStore == nil || opts.ObjectStore.BinDir != "" {
+	if opts.ObjectStore == nil || opts.ObjectStore.BinDir != "" && opts.ObjectStore.GGUFDir != "" {
 		return opts.ObjectStore, nil
 	}
 	root := opts.RepoRoot
@@ -116,9 +127,20 @@ func prepareObjectStore(ctx context.Context, opts Options, progress io.Writer) (
 		}
 	}
 	store := *opts.ObjectStore
-	var err error
-	store.BinDir, err = runBuildScript(ctx, root, "s3", progress)
-	return &store, err
+	for _, tool := range []struct {
+		dir   *string
+		group string
+	}{{&store.BinDir, "s3"}, {&store.GGUFDir, "tinymodel"}} {
+		if *tool.dir != "" {
+			continue
+		}
+		dir, err := runBuildScript(ctx, root, tool.group, progress)
+		if err != nil {
+			return nil, err
+		}
+		*tool.dir = dir
+	}
+	return &store, nil
 }
 
 // startObjectStore runs versitygw on the host's address and seeds the model.
@@ -178,11 +200,30 @@ func (c *Cluster) startObjectStore(ctx context.Context, opts Options) error {
 		store.ModelFiles++
 		store.ModelBytes += f.Size
 	}
-	fmt.Fprintf(c.progress, "Object store at %s seeded with s3://%s/%s (%d files, %d MiB) in %s\n", store.Endpoint,
-		store.Bucket, store.ModelPrefix, store.ModelFiles, store.ModelBytes>>20, time.Since(started).Round(time.Millisecond))
+	if err := seedGGUF(ctx, server, store, filepath.Join(opts.ObjectStore.GGUFDir, "model.gguf")); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.progress, "Object store at %s seeded with s3://%s/%s (%d files, %d MiB) and s3://%s/%s (%d MiB of GGUF) in %s\n", store.Endpoint,
+		store.Bucket, store.ModelPrefix, store.ModelFiles, store.ModelBytes>>20, store.Bucket, store.GGUFPrefix, store.GGUFBytes>>20,
+		time.Since(started).Round(time.Millisecond))
 
 	c.mu.Lock()
 	c.objectStore = store
 	c.mu.Unlock()
+	return nil
+}
+
+// seedGGUF uploads the GGUF model at path under SeededGGUFPrefix, as
+// model.gguf, in 16 MiB parts as the other model's shards.
+func seedGGUF(ctx context.Context, server *s3test.Server, store *ObjectStore, path string) error {
+	info, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("the GGUF model to seed the object store with (hack/tools/build.sh tinymodel): %w", err)
+	}
+	store.GGUFPrefix = SeededGGUFPrefix
+	if err := server.Upload(ctx, store.Bucket, store.GGUFPrefix+"model.gguf", path, s3test.Layout{PartSize: 16 << 20}); err != nil {
+		return fmt.Errorf("seeding the object store with the GGUF model: %w", err)
+	}
+	store.GGUFBytes = info.Size()
 	return nil
 }
