@@ -117,7 +117,7 @@ test: tools ## Everything CI runs: gofmt, vet, unit, envtest integration, loader
 	unformatted=$$(gofmt -l .); \
 	if [ -n "$$unformatted" ]; then echo "make test: not formatted (make fmt):" $$unformatted >&2; status=1; fi; \
 	go vet ./... & vet=$$!; \
-	(cd hack/images && go test ./... -count=1 -timeout 5m) & images=$$!; \
+	(cd hack/images && go test ./... -count=1 -timeout 5m && cd ../tinymodel && go test ./... -count=1 -timeout 5m) & images=$$!; \
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -p $(TEST_PARALLEL) -ldflags='$(TEST_LDFLAGS)' $$(go list ./... | grep -v -e '/test/e2e$$' -e '/test/localcluster$$' -e '/test/multicluster$$') -count=1 -timeout 30m || status=1; \
 	wait $$vet || status=1; \
 	wait $$images || status=1; \

@@ -94,7 +94,7 @@ router:
   enabled: true
   image: {repository: "${IMAGE_ROUTER%:*}", tag: "${IMAGE_ROUTER##*:}"}
   replicas: 1
-  nodeSelector: {nvidia.com/gpu.product: NVIDIA-T4}
+  nodeSelector: {kubernetes.io/hostname: real-1}
   tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
 VALUES
 	kubectl create namespace "$operator_namespace" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
@@ -115,7 +115,7 @@ go build -o bin/manager ./cmd/manager
 go build -o bin/localcluster ./cmd/localcluster
 go build -o bin/kubectl-aii ./cmd/kubectl-aii
 
-# One real node whose pods run for real, with an object store its sample loads
+# Two real nodes whose pods run for real, with an object store their samples load
 # from and a Gateway (Traefik) that carries its canary's split, where the host
 # can run one (root, cgroup v1; as root the Debian packages it needs are
 # installed first); simulated nodes only where not.

@@ -60,11 +60,18 @@ type storedConversation struct {
 }
 
 func benchWorkload() []SweepPoint {
+	return ShapePoints(benchShape, benchRates, benchWindow, 100)
+}
+
+// ShapePoints is a sweep of shape: at each rate, as many conversations as
+// start in window, over shape's tenants, seeded from seed and the rate's
+// index (fresh tenants at each rate).
+func ShapePoints(shape WorkloadOptions, rates []float64, window time.Duration, seed uint64) []SweepPoint {
 	var points []SweepPoint
-	for i, rate := range benchRates {
-		o := benchShape
-		o.Seed = uint64(100 + i)
-		o.Conversations = int(math.Ceil(rate * benchWindow.Seconds() / float64(o.Tenants)))
+	for i, rate := range rates {
+		o := shape
+		o.Seed = seed + uint64(i)
+		o.Conversations = int(math.Ceil(rate * window.Seconds() / float64(o.Tenants)))
 		p := SweepPoint{Rate: rate, Systems: make([]string, o.Tenants)}
 		for _, c := range Generate(o) {
 			p.Systems[c.Tenant] = c.System
