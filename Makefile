@@ -216,10 +216,10 @@ test-netpol: tools ## NetworkPolicy enforced on a real node (kube-router): an al
 		| grep -E 'netpol figure|^(--- |ok|FAIL)'
 
 .PHONY: bench-routing
-bench-routing: tools ## Routing: a chat workload (testdata) at a sweep of rates; 4 simulators round robin against the router and the bound (one simulator with all the cache), and the router's own cost; then on the real nodes (root, cgroup v1) 4 simulator pods through their Service (kube-proxy), the Gateway (Traefik) and the router
+bench-routing: tools ## Routing: a chat workload (testdata) at a sweep of rates; 4 simulators round robin against the router and the bound (one simulator with all the cache), and the router's own cost; then on the real nodes (root, cgroup v1) 4 simulator pods, and 4 Ollama pods (real compute, prompt-heavy and answer-heavy shapes), through their Service (kube-proxy), the Gateway (Traefik) and the router, beside the bound
 	ROUTING_BENCH=1 go test ./test/routingbench/ -run 'TestBenchRouting' -count=1 -timeout 60m -v \
 		| grep -E 'routing (bench|figure)|^(routing|round robin|router|bound) |^(--- |ok|FAIL)'
-	ROUTING_BENCH=1 LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeRoutingBench' -count=1 -timeout 60m -v \
+	ROUTING_BENCH=1 LOCALCLUSTER_REAL_NODE=1 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/e2e/ -run 'TestRealNodeRoutingBench|TestRealNodeOllamaRoutingBench' -count=1 -timeout 90m -v \
 		| grep -E 'routing (bench|figure)|^(routing|service|gateway|router|bound) |^(--- |ok|FAIL)'
 
 .PHONY: bench-router-faults
