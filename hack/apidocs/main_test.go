@@ -48,7 +48,7 @@ func TestRenderCoversTheSchema(t *testing.T) {
 		"### v1 `.spec.model.source.s3`",
 		"- **`bucket`** (string, required, 3 to 63 characters)",
 		"- **`maxRetries`** (integer (int32), default `3`, 0 to 100)",
-		"- **`type`** (string, required, one of `vLLM`, `TGI`, `Triton`)",
+		"- **`type`** (string, required, one of `vLLM`, `TGI`, `Triton`, `Ollama`)",
 		"“model.source must set exactly one of s3, pvc, http, huggingface or oci”",
 		"A Kubernetes `core/v1 Toleration`",
 		"(duration, e.g. `30s`, default `\"30m\"`)",

@@ -46,6 +46,9 @@ func TestSamplesAreValid(t *testing.T) {
 		"OBJECT_STORE_MODEL_PREFIX": "tiny/",
 		"OBJECT_STORE_ENDPOINT":     "http://192.0.2.1:9000",
 		"IMAGE_LLM_D_INFERENCE_SIM": "localcluster.local/llm-d-inference-sim:0123456789abcdef",
+		"OBJECT_STORE_GGUF_PREFIX":  "tinyllama-random/",
+		"OBJECT_STORE_GGUF_BYTES":   "43021216",
+		"IMAGE_OLLAMA":              "localcluster.local/ollama:v0.9.6-0123456789abcdef",
 		"GATEWAY_NAME":              "traefik",
 		"GATEWAY_NAMESPACE":         "localcluster-gateway",
 	}

@@ -547,7 +547,7 @@ func TestInvalidSpecsAreRefusedWithAUsefulMessage(t *testing.T) {
 			o.Spec.Model.Source = servingv1.ModelSource{PVC: &servingv1.PVCSource{ClaimName: "weights", Path: "/models"}}
 		}, "pvc.path must be relative to the volume root"},
 		{"empty model name", func(o *servingv1.AIInference) { o.Spec.Model.Name = "" }, "spec.model.name"},
-		{"unknown engine", func(o *servingv1.AIInference) { o.Spec.Engine.Type = "Ollama" }, `supported values: "vLLM", "TGI", "Triton"`},
+		{"unknown engine", func(o *servingv1.AIInference) { o.Spec.Engine.Type = "SGLang" }, `supported values: "vLLM", "TGI", "Triton", "Ollama"`},
 		{"engine image with spaces", func(o *servingv1.AIInference) { o.Spec.Engine.Image = "vllm openai" }, "engine.image must be an image reference without spaces"},
 		{"engine port out of range", func(o *servingv1.AIInference) { o.Spec.Engine.Port = 70000 }, "spec.engine.port"},
 		{"engine port of the warm-up gate", func(o *servingv1.AIInference) { o.Spec.Engine.Port = 8099 }, "engine.port 8099 is the warm-up gate's readiness port"},
