@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -421,9 +422,12 @@ func TestPodsPassRestrictedPodSecurity(t *testing.T) {
 	g.Expect(k8s.Create(ctx, ns)).To(Succeed())
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), ns) })
 	createS3Secret(t, ns.Name)
-	for _, engine := range []servingv1.EngineType{servingv1.EngineVLLM, servingv1.EngineTGI, servingv1.EngineTriton} {
-		obj := newInference(ns.Name, "restricted-"+map[servingv1.EngineType]string{"vLLM": "vllm", "TGI": "tgi", "Triton": "triton"}[engine])
+	for _, engine := range []servingv1.EngineType{servingv1.EngineVLLM, servingv1.EngineTGI, servingv1.EngineTriton, servingv1.EngineOllama} {
+		obj := newInference(ns.Name, "restricted-"+strings.ToLower(string(engine)))
 		obj.Spec.Engine.Type = engine
+		if engine == servingv1.EngineOllama {
+			obj.Spec.GPU = servingv1.GPUSpec{} // on CPU
+		}
 		g.Expect(k8s.Create(ctx, obj)).To(Succeed())
 		podFor(t, g, obj, obj.Name+"-pod") // fails when admission refuses the pod
 	}
