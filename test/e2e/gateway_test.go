@@ -12,8 +12,10 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/test/localcluster"
@@ -26,6 +28,22 @@ var (
 	gateway     *localcluster.Gateway
 	gatewayErr  error
 )
+
+// routeTo is an HTTPRoute, namespace/name, that sends the requests for host
+// on the shared Gateway's listener to port of the Service named service.
+func routeTo(gw *localcluster.Gateway, namespace, name, host, service string, port int32) *gatewayv1.HTTPRoute {
+	return &gatewayv1.HTTPRoute{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: gatewayv1.HTTPRouteSpec{
+			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{
+				Name: gatewayv1.ObjectName(gw.Name), Namespace: ptr.To(gatewayv1.Namespace(gw.Namespace)),
+				SectionName: ptr.To(gatewayv1.SectionName(localcluster.GatewayListenerName))}}},
+			Hostnames: []gatewayv1.Hostname{gatewayv1.Hostname(host)},
+			Rules: []gatewayv1.HTTPRouteRule{{BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{
+				BackendObjectReference: gatewayv1.BackendObjectReference{Name: gatewayv1.ObjectName(service), Port: ptr.To(gatewayv1.PortNumber(port))}}}}}},
+		},
+	}
+}
 
 func sharedGateway(t *testing.T) *localcluster.Gateway {
 	t.Helper()

@@ -14,9 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/warmup"
@@ -120,17 +118,7 @@ func TestRealNodeNetworkPolicyIsEnforced(t *testing.T) {
 	// (a hostname of its own, beside other tests' routes on the listener) to
 	// the model's Service.
 	host := obj.Namespace + ".netpol.test"
-	route := &gatewayv1.HTTPRoute{
-		ObjectMeta: metav1.ObjectMeta{Namespace: obj.Namespace, Name: obj.Name},
-		Spec: gatewayv1.HTTPRouteSpec{
-			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{
-				Name: gatewayv1.ObjectName(gw.Name), Namespace: ptr.To(gatewayv1.Namespace(gw.Namespace)),
-				SectionName: ptr.To(gatewayv1.SectionName(localcluster.GatewayListenerName))}}},
-			Hostnames: []gatewayv1.Hostname{gatewayv1.Hostname(host)},
-			Rules: []gatewayv1.HTTPRouteRule{{BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{
-				BackendObjectReference: gatewayv1.BackendObjectReference{Name: gatewayv1.ObjectName(obj.Name), Port: ptr.To(gatewayv1.PortNumber(svc.Spec.Ports[0].Port))}}}}}},
-		},
-	}
+	route := routeTo(gw, obj.Namespace, obj.Name, host, obj.Name, svc.Spec.Ports[0].Port)
 	g.Expect(k8s.Create(ctx, route)).To(Succeed())
 	httpClient := &http.Client{Timeout: 10 * time.Second}
 	g.Eventually(func() error { return completeWithHost(httpClient, gw.URL, host, obj.Spec.Model.Name) }).

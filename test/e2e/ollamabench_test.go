@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	servingv1 "github.com/aiinference/operator/api/v1"
 	"github.com/aiinference/operator/internal/engine"
@@ -156,20 +155,9 @@ func TestRealNodeOllamaRoutingBench(t *testing.T) {
 
 		obj, _ = start(ollamaBenchReplicas, ollamaBenchCPU, ollamaBenchSlots)
 		host := obj.Name + "." + ns + ".routing.test"
-		route := &gatewayv1.HTTPRoute{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: obj.Name},
-			Spec: gatewayv1.HTTPRouteSpec{
-				CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{
-					Name: gatewayv1.ObjectName(gw.Name), Namespace: ptr.To(gatewayv1.Namespace(gw.Namespace)),
-					SectionName: ptr.To(gatewayv1.SectionName(localcluster.GatewayListenerName))}}},
-				Hostnames: []gatewayv1.Hostname{gatewayv1.Hostname(host)},
-				Rules: []gatewayv1.HTTPRouteRule{{BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{
-					BackendObjectReference: gatewayv1.BackendObjectReference{Name: gatewayv1.ObjectName(obj.Name)}}}}}},
-			},
-		}
 		svc := &corev1.Service{}
 		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), svc)).To(Succeed())
-		route.Spec.Rules[0].BackendRefs[0].Port = ptr.To(gatewayv1.PortNumber(svc.Spec.Ports[0].Port))
+		route := routeTo(gw, ns, obj.Name, host, obj.Name, svc.Spec.Ports[0].Port)
 		g.Expect(k8s.Create(ctx, route)).To(Succeed())
 		viaGateway := routingbench.RunOptions{Targets: []string{gw.URL}, Host: host}
 		g.Eventually(func() error {

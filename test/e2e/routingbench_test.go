@@ -18,9 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/aiinference/operator/internal/router"
 	"github.com/aiinference/operator/test/localcluster"
@@ -69,17 +67,7 @@ func TestRealNodeRoutingBench(t *testing.T) {
 	}
 	g.Expect(k8s.Create(ctx, svc)).To(Succeed())
 	host := ns + ".routing.test"
-	route := &gatewayv1.HTTPRoute{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sims"},
-		Spec: gatewayv1.HTTPRouteSpec{
-			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{
-				Name: gatewayv1.ObjectName(gw.Name), Namespace: ptr.To(gatewayv1.Namespace(gw.Namespace)),
-				SectionName: ptr.To(gatewayv1.SectionName(localcluster.GatewayListenerName))}}},
-			Hostnames: []gatewayv1.Hostname{gatewayv1.Hostname(host)},
-			Rules: []gatewayv1.HTTPRouteRule{{BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{
-				BackendObjectReference: gatewayv1.BackendObjectReference{Name: "sims", Port: ptr.To(gatewayv1.PortNumber(80))}}}}}},
-		},
-	}
+	route := routeTo(gw, ns, "sims", host, "sims", 80)
 	g.Expect(k8s.Create(ctx, route)).To(Succeed())
 	generation := 0
 
