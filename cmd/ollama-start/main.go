@@ -85,9 +85,11 @@ func run(args []string) error {
 	}
 	// Ollama keeps its identity key in $HOME/.ollama and exits without it:
 	// say so here, where the message reaches the termination log.
-	if home, err := os.UserHomeDir(); err != nil {
-		return fmt.Errorf("the container needs a writable HOME, where Ollama keeps its key: %w", err)
-	} else if err := os.MkdirAll(filepath.Join(home, ".ollama"), 0o755); err != nil {
+	home, err := os.UserHomeDir()
+	if err == nil {
+		err = os.MkdirAll(filepath.Join(home, ".ollama"), 0o755)
+	}
+	if err != nil {
 		return fmt.Errorf("the container needs a writable HOME, where Ollama keeps its key: %w", err)
 	}
 	m, err := ollamastore.Register(o.modelDir, o.store, o.name, ollamastore.Options{Threads: o.threads})

@@ -81,16 +81,22 @@ func (p *Picker) out(name string) bool {
 // usable are the candidates the picker may pick; all of them when every one
 // is out (a guess beats no answer). Call with p.mu held.
 func (p *Picker) usable(candidates []Endpoint) []Endpoint {
-	in := make([]Endpoint, 0, len(candidates))
+	return keepOrAll(candidates, func(name string) bool { return !p.out(name) })
+}
+
+// keepOrAll are the candidates keep says yes to; all of them when it says
+// yes to none.
+func keepOrAll(candidates []Endpoint, keep func(name string) bool) []Endpoint {
+	kept := make([]Endpoint, 0, len(candidates))
 	for _, e := range candidates {
-		if !p.out(e.Name) {
-			in = append(in, e)
+		if keep(e.Name) {
+			kept = append(kept, e)
 		}
 	}
-	if len(in) == 0 {
+	if len(kept) == 0 {
 		return candidates
 	}
-	return in
+	return kept
 }
 
 // picked marks a trial request out to a replica whose ejection ended. Call
@@ -221,16 +227,7 @@ func (p *Picker) Saturated(candidates []Endpoint) bool {
 func (p *Picker) Unsaturated(candidates []Endpoint) []Endpoint {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var out []Endpoint
-	for _, e := range candidates {
-		if !p.saturated(e.Name) {
-			out = append(out, e)
-		}
-	}
-	if len(out) == 0 {
-		return candidates
-	}
-	return out
+	return keepOrAll(candidates, func(name string) bool { return !p.saturated(name) })
 }
 
 // saturated weighs what a replica carries: the requests this router has
